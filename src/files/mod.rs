@@ -1,0 +1,285 @@
+//! The document root: turning a normalised request path into an open file,
+//! a redirect, or a directory listing — never anything outside the root.
+//!
+//! Every open is `openat2()` relative to a directory descriptor taken at
+//! startup, with `RESOLVE_BENEATH` (symlinks may not lead out of the root;
+//! `..` was already refused by `http::path`) and `RESOLVE_NO_MAGICLINKS`.
+//! Files are opened `O_NONBLOCK` so a FIFO cannot stall a worker, and only
+//! regular files are served.
+
+use crate::http::conditional::Validators;
+use crate::http::path::NormPath;
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use std::fs::File;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+/// Where files come from, and how strictly.
+pub struct DocRoot {
+    dir: OwnedFd,
+    path: PathBuf,
+    resolve: ResolveFlags,
+    autoindex: bool,
+}
+
+/// A regular file ready to send.
+pub struct OpenFile {
+    pub file: File,
+    pub size: u64,
+    pub validators: Validators,
+    pub content_type: &'static str,
+}
+
+pub enum Lookup {
+    File(OpenFile),
+    /// A directory named without its trailing slash: 301 to this URL path.
+    Redirect(String),
+    /// An HTML directory listing (`--autoindex`).
+    Listing(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("not found")]
+    NotFound,
+    #[error("forbidden")]
+    Forbidden,
+    #[error("i/o error: {0}")]
+    Io(io::Error),
+}
+
+impl FileError {
+    pub fn status(&self) -> u16 {
+        match self {
+            FileError::NotFound => 404,
+            FileError::Forbidden => 403,
+            FileError::Io(_) => 500,
+        }
+    }
+}
+
+impl From<rustix::io::Errno> for FileError {
+    fn from(e: rustix::io::Errno) -> Self {
+        use rustix::io::Errno;
+        match e {
+            Errno::NOENT | Errno::NOTDIR | Errno::NAMETOOLONG => FileError::NotFound,
+            // EXDEV: a symlink led out of the root; ELOOP: symlink loop.
+            Errno::ACCESS | Errno::PERM | Errno::XDEV | Errno::LOOP => FileError::Forbidden,
+            e => FileError::Io(e.into()),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RootError {
+    #[error("cannot serve {path}: {source} (give an existing, readable directory)")]
+    Open { path: PathBuf, source: io::Error },
+    #[error("cannot serve {path}: this kernel lacks openat2() (Linux >= 5.6 needed for safe path resolution)")]
+    NoOpenat2 { path: PathBuf },
+}
+
+impl DocRoot {
+    pub fn open(path: &Path, follow_symlinks_outside: bool, autoindex: bool) -> Result<DocRoot, RootError> {
+        let path = path
+            .canonicalize()
+            .map_err(|source| RootError::Open { path: path.into(), source })?;
+        let dir = rustix::fs::open(&path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| RootError::Open {
+                path: path.clone(),
+                source: e.into(),
+            })?;
+        let resolve = if follow_symlinks_outside {
+            ResolveFlags::NO_MAGICLINKS
+        } else {
+            ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS
+        };
+        let root = DocRoot {
+            dir,
+            path,
+            resolve,
+            autoindex,
+        };
+        match root.open_at(Path::new(".")) {
+            Err(rustix::io::Errno::NOSYS) => Err(RootError::NoOpenat2 { path: root.path }),
+            Err(e) => Err(RootError::Open {
+                path: root.path,
+                source: e.into(),
+            }),
+            Ok(_) => Ok(root),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn open_at(&self, rel: &Path) -> Result<OwnedFd, rustix::io::Errno> {
+        rustix::fs::openat2(
+            &self.dir,
+            rel,
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK,
+            Mode::empty(),
+            self.resolve,
+        )
+    }
+
+    /// Resolve a request path.
+    pub fn lookup(&self, path: &NormPath) -> Result<Lookup, FileError> {
+        let rel = path.to_relative();
+        let fd = self.open_at(&rel)?;
+        let st = rustix::fs::fstat(&fd)?;
+        let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
+        match kind {
+            rustix::fs::FileType::RegularFile => {
+                if path.trailing_slash {
+                    // "/file.txt/" names no directory.
+                    return Err(FileError::NotFound);
+                }
+                Ok(Lookup::File(regular(fd, &st, &rel)))
+            }
+            rustix::fs::FileType::Directory => {
+                if !path.trailing_slash && !path.segments.is_empty() {
+                    let mut url = path.clone();
+                    url.trailing_slash = true;
+                    return Ok(Lookup::Redirect(url.to_url()));
+                }
+                match self.open_at(&rel.join("index.html")) {
+                    Ok(ifd) => {
+                        let ist = rustix::fs::fstat(&ifd)?;
+                        if rustix::fs::FileType::from_raw_mode(ist.st_mode) == rustix::fs::FileType::RegularFile {
+                            return Ok(Lookup::File(regular(ifd, &ist, Path::new("index.html"))));
+                        }
+                        Err(FileError::Forbidden)
+                    }
+                    Err(rustix::io::Errno::NOENT) if self.autoindex => {
+                        Ok(Lookup::Listing(listing(fd, path)?))
+                    }
+                    Err(rustix::io::Errno::NOENT) => Err(FileError::Forbidden),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            // FIFOs, sockets, devices: never served.
+            _ => Err(FileError::Forbidden),
+        }
+    }
+}
+
+fn regular(fd: OwnedFd, st: &rustix::fs::Stat, name: &Path) -> OpenFile {
+    OpenFile {
+        file: File::from(fd),
+        size: st.st_size as u64,
+        validators: Validators::new(st.st_size as u64, st.st_mtime, st.st_mtime_nsec as i64),
+        content_type: content_type(name),
+    }
+}
+
+/// `Content-Type` from the file name's extension.
+pub fn content_type(name: &Path) -> &'static str {
+    match mime_guess::from_path(name).first_raw() {
+        Some("text/html") => "text/html; charset=utf-8",
+        Some("text/plain") => "text/plain; charset=utf-8",
+        Some(t) => t,
+        None => "application/octet-stream",
+    }
+}
+
+fn listing(dir: OwnedFd, path: &NormPath) -> Result<String, FileError> {
+    let mut names: Vec<(String, bool)> = Vec::new();
+    let mut d = rustix::fs::Dir::read_from(&dir)?;
+    for (count, entry) in d.by_ref().enumerate() {
+        if count > 100_000 {
+            break;
+        }
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let is_dir = entry.file_type() == rustix::fs::FileType::Directory;
+        names.push((String::from_utf8_lossy(name).into_owned(), is_dir));
+    }
+    names.sort();
+    let title = escape(&String::from_utf8_lossy(path.to_url().as_bytes()));
+    let mut html = format!("<html>\r\n<head><title>Index of {title}</title></head>\r\n<body>\r\n<h1>Index of {title}</h1><hr><pre><a href=\"../\">../</a>\r\n");
+    for (name, is_dir) in names {
+        let mut child = path.clone();
+        child.segments.push(name.clone().into_bytes());
+        child.trailing_slash = is_dir;
+        let href = child.to_url();
+        let slash = if is_dir { "/" } else { "" };
+        html.push_str(&format!("<a href=\"{}\">{}{slash}</a>\r\n", escape(&href), escape(&name)));
+    }
+    html.push_str("</pre><hr></body>\r\n</html>\r\n");
+    Ok(html)
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::path::normalize;
+
+    fn setup() -> (tempfile::TempDir, tempfile::TempDir) {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join("a.txt"), "hello").unwrap();
+        std::fs::create_dir(root.path().join("sub")).unwrap();
+        std::fs::write(root.path().join("sub/index.html"), "<p>").unwrap();
+        std::fs::create_dir(root.path().join("empty")).unwrap();
+        std::fs::write(outside.path().join("secret"), "s").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), root.path().join("out")).unwrap();
+        std::os::unix::fs::symlink("a.txt", root.path().join("in")).unwrap();
+        (root, outside)
+    }
+
+    fn look(r: &DocRoot, p: &str) -> Result<Lookup, FileError> {
+        r.lookup(&normalize(p).unwrap())
+    }
+
+    #[test]
+    fn files_dirs_and_symlinks() {
+        let (root, _o) = setup();
+        let r = DocRoot::open(root.path(), false, false).unwrap();
+        match look(&r, "/a.txt").unwrap() {
+            Lookup::File(f) => {
+                assert_eq!(f.size, 5);
+                assert_eq!(f.content_type, "text/plain; charset=utf-8");
+            }
+            _ => panic!(),
+        }
+        assert!(matches!(look(&r, "/in").unwrap(), Lookup::File(_)));
+        assert!(matches!(look(&r, "/out"), Err(FileError::Forbidden)));
+        assert!(matches!(look(&r, "/nope"), Err(FileError::NotFound)));
+        assert!(matches!(look(&r, "/a.txt/"), Err(FileError::NotFound)));
+        assert!(matches!(look(&r, "/sub").unwrap(), Lookup::Redirect(u) if u == "/sub/"));
+        assert!(matches!(look(&r, "/sub/").unwrap(), Lookup::File(_)));
+        assert!(matches!(look(&r, "/empty/"), Err(FileError::Forbidden)));
+        let r = DocRoot::open(root.path(), true, true).unwrap();
+        assert!(matches!(look(&r, "/out").unwrap(), Lookup::File(_)));
+        match look(&r, "/empty/").unwrap() {
+            Lookup::Listing(h) => assert!(h.contains("Index of /empty/")),
+            _ => panic!(),
+        }
+        match look(&r, "/").unwrap() {
+            Lookup::Listing(h) => assert!(h.contains("<a href=\"/a.txt\">a.txt</a>")),
+            _ => panic!(),
+        }
+    }
+
+    #[test]
+    fn fifo_is_refused_without_blocking() {
+        let (root, _o) = setup();
+        let p = root.path().join("fifo");
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        rustix::fs::mkfifoat(rustix::fs::CWD, c.as_c_str(), Mode::from_raw_mode(0o644)).unwrap();
+        let r = DocRoot::open(root.path(), false, false).unwrap();
+        assert!(matches!(look(&r, "/fifo"), Err(FileError::Forbidden)));
+    }
+}

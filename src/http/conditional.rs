@@ -1,0 +1,133 @@
+//! Preconditions (RFC 9110 13.2.2): If-Match, If-Unmodified-Since,
+//! If-None-Match, If-Modified-Since, and If-Range for range requests.
+
+use super::request::RequestHead;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The validators of a file.
+#[derive(Debug, Clone)]
+pub struct Validators {
+    /// Strong entity tag, quoted.
+    pub etag: String,
+    /// Modification time, truncated to whole seconds (HTTP dates).
+    pub modified: SystemTime,
+}
+
+impl Validators {
+    pub fn new(size: u64, mtime_secs: i64, mtime_nsec: i64) -> Self {
+        let secs = mtime_secs.max(0) as u64;
+        Validators {
+            etag: format!("\"{secs:x}.{:x}-{size:x}\"", mtime_nsec.max(0)),
+            modified: UNIX_EPOCH + Duration::from_secs(secs),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Proceed,
+    NotModified,
+    PreconditionFailed,
+}
+
+pub fn evaluate(req: &RequestHead, v: &Validators) -> Outcome {
+    if let Some(im) = &req.if_match {
+        if !list_matches(im, &v.etag, true) {
+            return Outcome::PreconditionFailed;
+        }
+    } else if let Some(date) = req.if_unmodified_since.as_deref().and_then(parse_date) {
+        if v.modified > date {
+            return Outcome::PreconditionFailed;
+        }
+    }
+    if let Some(inm) = &req.if_none_match {
+        if list_matches(inm, &v.etag, false) {
+            return Outcome::NotModified;
+        }
+    } else if let Some(date) = req.if_modified_since.as_deref().and_then(parse_date) {
+        if v.modified <= date {
+            return Outcome::NotModified;
+        }
+    }
+    Outcome::Proceed
+}
+
+/// Whether a Range may be honoured given If-Range (absent: yes).
+pub fn if_range_allows(req: &RequestHead, v: &Validators) -> bool {
+    match req.if_range.as_deref().map(str::trim) {
+        None => true,
+        Some(tag) if tag.starts_with('"') => tag == v.etag,
+        Some(tag) if tag.starts_with("W/") => false,
+        Some(date) => parse_date(date) == Some(v.modified),
+    }
+}
+
+fn parse_date(s: &str) -> Option<SystemTime> {
+    httpdate::parse_http_date(s.trim()).ok()
+}
+
+/// Does a comma-separated entity-tag list (or `*`) match `etag`?
+fn list_matches(list: &str, etag: &str, strong: bool) -> bool {
+    let bare = |t: &str| t.trim().trim_start_matches("W/").to_string();
+    list.split(',').map(str::trim).any(|t| {
+        t == "*"
+            || if strong {
+                !t.starts_with("W/") && t == etag
+            } else {
+                bare(t) == bare(etag)
+            }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req() -> RequestHead {
+        crate::http::request::parse(
+            b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+            &crate::http::request::HeadLimits {
+                request_line: 100,
+                header_bytes: 1000,
+                headers: 10,
+            },
+        )
+        .unwrap()
+        .unwrap()
+    }
+
+    #[test]
+    fn none_match_and_modified_since() {
+        let v = Validators::new(10, 1_000_000, 5);
+        let mut r = req();
+        assert_eq!(evaluate(&r, &v), Outcome::Proceed);
+        r.if_none_match = Some(format!("\"x\", W/{}", v.etag));
+        assert_eq!(evaluate(&r, &v), Outcome::NotModified);
+        r.if_none_match = Some("\"other\"".into());
+        r.if_modified_since = Some(httpdate::fmt_http_date(v.modified));
+        // If-None-Match present: If-Modified-Since is ignored.
+        assert_eq!(evaluate(&r, &v), Outcome::Proceed);
+        r.if_none_match = None;
+        assert_eq!(evaluate(&r, &v), Outcome::NotModified);
+        r.if_modified_since = Some(httpdate::fmt_http_date(v.modified - Duration::from_secs(1)));
+        assert_eq!(evaluate(&r, &v), Outcome::Proceed);
+    }
+
+    #[test]
+    fn match_and_if_range() {
+        let v = Validators::new(10, 1_000_000, 5);
+        let mut r = req();
+        r.if_match = Some("\"nope\"".into());
+        assert_eq!(evaluate(&r, &v), Outcome::PreconditionFailed);
+        r.if_match = Some(format!("W/{}", v.etag));
+        assert_eq!(evaluate(&r, &v), Outcome::PreconditionFailed);
+        r.if_match = Some("*".into());
+        assert_eq!(evaluate(&r, &v), Outcome::Proceed);
+        r.if_range = Some(v.etag.clone());
+        assert!(if_range_allows(&r, &v));
+        r.if_range = Some("\"old\"".into());
+        assert!(!if_range_allows(&r, &v));
+        r.if_range = Some(httpdate::fmt_http_date(v.modified));
+        assert!(if_range_allows(&r, &v));
+    }
+}

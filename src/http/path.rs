@@ -1,0 +1,190 @@
+//! Request-target to a path under the document root: query stripped,
+//! percent-decoded, dot-segments resolved. Anything that could name a file
+//! outside the root, or be read differently by another component (NUL,
+//! backslash, `..` above the root), is refused here; symlinks are dealt with
+//! by `openat2(RESOLVE_BENEATH)` in `files`.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+/// A normalised path, relative to the document root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NormPath {
+    /// Decoded segments, none of them empty, `.` or `..`.
+    pub segments: Vec<Vec<u8>>,
+    /// The target named a directory (ended in `/`).
+    pub trailing_slash: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    #[error("request target is not an absolute path")]
+    NotAbsolute,
+    #[error("invalid percent-encoding")]
+    BadEncoding,
+    #[error("NUL byte in path")]
+    Nul,
+    #[error("backslash in path")]
+    Backslash,
+    #[error("path climbs above the document root")]
+    AboveRoot,
+}
+
+impl NormPath {
+    /// The relative filesystem path ("." for the root).
+    pub fn to_relative(&self) -> PathBuf {
+        if self.segments.is_empty() {
+            return PathBuf::from(".");
+        }
+        let mut p = PathBuf::new();
+        for s in &self.segments {
+            p.push(OsStr::from_bytes(s));
+        }
+        p
+    }
+
+    /// The path as a URL path, percent-encoded, with a leading `/`.
+    pub fn to_url(&self) -> String {
+        use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
+        const SEGMENT: &AsciiSet = &CONTROLS
+            .add(b' ')
+            .add(b'"')
+            .add(b'#')
+            .add(b'%')
+            .add(b'<')
+            .add(b'>')
+            .add(b'?')
+            .add(b'`')
+            .add(b'{')
+            .add(b'}')
+            .add(b'/')
+            .add(b'\\');
+        let mut out = String::new();
+        for s in &self.segments {
+            out.push('/');
+            match std::str::from_utf8(s) {
+                Ok(s) => out.extend(utf8_percent_encode(s, SEGMENT)),
+                Err(_) => out.extend(percent_encoding::percent_encode(s, SEGMENT)),
+            }
+        }
+        if self.trailing_slash || self.segments.is_empty() {
+            out.push('/');
+        }
+        out
+    }
+}
+
+/// Normalise a request-target (origin-form, or absolute-form whose path is
+/// taken).
+pub fn normalize(target: &str) -> Result<NormPath, PathError> {
+    let path = if target.starts_with('/') {
+        target
+    } else if let Some(rest) = target
+        .strip_prefix("https://")
+        .or_else(|| target.strip_prefix("http://"))
+    {
+        match rest.find('/') {
+            Some(i) => &rest[i..],
+            None => "/",
+        }
+    } else {
+        return Err(PathError::NotAbsolute);
+    };
+    let path = path.split(['?', '#']).next().unwrap_or("");
+    let decoded = decode(path.as_bytes())?;
+    if decoded.contains(&0) {
+        return Err(PathError::Nul);
+    }
+    if decoded.contains(&b'\\') {
+        return Err(PathError::Backslash);
+    }
+    let mut segments: Vec<Vec<u8>> = Vec::new();
+    let mut trailing_slash = false;
+    for seg in decoded.split(|&b| b == b'/') {
+        trailing_slash = false;
+        match seg {
+            b"" => trailing_slash = true,
+            b"." => trailing_slash = true,
+            b".." => {
+                segments.pop().ok_or(PathError::AboveRoot)?;
+                trailing_slash = true;
+            }
+            s => segments.push(s.to_vec()),
+        }
+    }
+    Ok(NormPath {
+        segments,
+        trailing_slash,
+    })
+}
+
+fn decode(input: &[u8]) -> Result<Vec<u8>, PathError> {
+    let hex = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    };
+    let mut out = Vec::with_capacity(input.len());
+    let mut i = 0;
+    while i < input.len() {
+        if input[i] == b'%' {
+            let (Some(h), Some(l)) = (
+                input.get(i + 1).copied().and_then(hex),
+                input.get(i + 2).copied().and_then(hex),
+            ) else {
+                return Err(PathError::BadEncoding);
+            };
+            out.push(h << 4 | l);
+            i += 3;
+        } else {
+            out.push(input[i]);
+            i += 1;
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rel(t: &str) -> Result<String, PathError> {
+        normalize(t).map(|p| p.to_relative().to_string_lossy().into_owned())
+    }
+
+    #[test]
+    fn normalises() {
+        assert_eq!(rel("/").unwrap(), ".");
+        assert_eq!(rel("/a/b.txt?x=1").unwrap(), "a/b.txt");
+        assert_eq!(rel("/a/./b/../c").unwrap(), "a/c");
+        assert_eq!(rel("//a///b").unwrap(), "a/b");
+        assert_eq!(rel("/a%20b").unwrap(), "a b");
+        assert_eq!(rel("https://h:1/x/y").unwrap(), "x/y");
+        assert!(normalize("/a/").unwrap().trailing_slash);
+        assert!(normalize("/a/..").unwrap().trailing_slash);
+        assert!(!normalize("/a").unwrap().trailing_slash);
+    }
+
+    #[test]
+    fn refuses_escapes() {
+        assert_eq!(rel("/../etc/passwd"), Err(PathError::AboveRoot));
+        assert_eq!(rel("/a/../../etc"), Err(PathError::AboveRoot));
+        assert_eq!(rel("/%2e%2e/etc/passwd"), Err(PathError::AboveRoot));
+        assert_eq!(rel("/%2E%2E%2fetc"), Err(PathError::AboveRoot));
+        assert_eq!(rel("/a%00.txt"), Err(PathError::Nul));
+        assert_eq!(rel("/..%5c..%5cetc"), Err(PathError::Backslash));
+        assert_eq!(rel("/a%zz"), Err(PathError::BadEncoding));
+        assert_eq!(rel("/a%2"), Err(PathError::BadEncoding));
+        assert_eq!(rel("a/b"), Err(PathError::NotAbsolute));
+        assert_eq!(rel("*"), Err(PathError::NotAbsolute));
+    }
+
+    #[test]
+    fn url_round_trip() {
+        let p = normalize("/a%20b/c%3F/").unwrap();
+        assert_eq!(p.to_url(), "/a%20b/c%3F/");
+        assert_eq!(normalize(&p.to_url()).unwrap(), p);
+    }
+}

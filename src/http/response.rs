@@ -1,0 +1,129 @@
+//! Response heads and the small built-in error pages.
+
+use std::fmt::Write as _;
+use std::time::SystemTime;
+
+pub const SERVER: &str = concat!("tlsfront/", env!("CARGO_PKG_VERSION"));
+
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        206 => "Partial Content",
+        301 => "Moved Permanently",
+        304 => "Not Modified",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        412 => "Precondition Failed",
+        413 => "Content Too Large",
+        414 => "URI Too Long",
+        416 => "Range Not Satisfiable",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
+        505 => "HTTP Version Not Supported",
+        _ => "Unknown",
+    }
+}
+
+/// The `Date` header value, formatted at most once a second per worker.
+#[derive(Default)]
+pub struct DateCache {
+    secs: u64,
+    text: String,
+}
+
+impl DateCache {
+    pub fn now(&mut self) -> &str {
+        let now = SystemTime::now();
+        let secs = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        if secs != self.secs || self.text.is_empty() {
+            self.secs = secs;
+            self.text = httpdate::fmt_http_date(now);
+        }
+        &self.text
+    }
+}
+
+/// Writes a response head into a reusable buffer.
+pub struct Head<'a> {
+    out: &'a mut Vec<u8>,
+}
+
+impl<'a> Head<'a> {
+    pub fn new(out: &'a mut Vec<u8>, status: u16, date: &str) -> Self {
+        out.clear();
+        let mut s = String::with_capacity(64);
+        let _ = write!(
+            s,
+            "HTTP/1.1 {status} {}\r\nServer: {SERVER}\r\nDate: {date}\r\n",
+            reason(status)
+        );
+        out.extend_from_slice(s.as_bytes());
+        Head { out }
+    }
+
+    pub fn header(&mut self, name: &str, value: &str) -> &mut Self {
+        // Values we write never contain CR or LF; be sure anyway.
+        let value = value.replace(['\r', '\n'], " ");
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.extend_from_slice(b": ");
+        self.out.extend_from_slice(value.as_bytes());
+        self.out.extend_from_slice(b"\r\n");
+        self
+    }
+
+    /// Finish with `Content-Length` (if any) and the connection decision,
+    /// stated for the request's HTTP version.
+    pub fn finish(mut self, content_length: Option<u64>, keep_alive: bool, minor: u8) {
+        if let Some(n) = content_length {
+            let _ = self.header("Content-Length", &n.to_string());
+        }
+        match (keep_alive, minor) {
+            (false, _) => {
+                self.out.extend_from_slice(b"Connection: close\r\n");
+            }
+            (true, 0) => {
+                self.out.extend_from_slice(b"Connection: keep-alive\r\n");
+            }
+            (true, _) => {}
+        }
+        self.out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// The HTML body of an error page, like nginx's.
+pub fn error_page(status: u16) -> String {
+    let title = format!("{status} {}", reason(status));
+    format!(
+        "<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n<center><h1>{title}</h1></center>\r\n<hr><center>tlsfront</center>\r\n</body>\r\n</html>\r\n"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_layout() {
+        let mut out = Vec::new();
+        let mut h = Head::new(&mut out, 404, "Sat, 21 Nov 2026 00:00:00 GMT");
+        h.header("Content-Type", "text/html");
+        h.finish(Some(3), false, 1);
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.starts_with("HTTP/1.1 404 Not Found\r\nServer: tlsfront/"));
+        assert!(s.ends_with("Content-Type: text/html\r\nContent-Length: 3\r\nConnection: close\r\n\r\n"));
+    }
+
+    #[test]
+    fn date_is_http_date() {
+        let mut d = DateCache::default();
+        assert!(httpdate::parse_http_date(d.now()).is_ok());
+    }
+}

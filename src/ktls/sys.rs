@@ -1,0 +1,250 @@
+//! Raw kernel TLS system calls: the only `unsafe` code in tlsfront.
+//!
+//! Written by hand on `libc` because no well-kept crate offers these calls
+//! with the semantics we need: `rustix` has no `TCP_ULP`/`SOL_TLS` socket
+//! options and no typed ancillary data for `TLS_SET_RECORD_TYPE` /
+//! `TLS_GET_RECORD_TYPE`, and the `ktls` crate can panic on peer input.
+//! Everything here is a thin, checked wrapper; the logic lives in the safe
+//! modules next to this one.
+
+use std::io;
+use std::mem;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// The kernel's TLS record type for application data (RFC 8446 `ContentType`).
+pub const RECORD_APPLICATION_DATA: u8 = 23;
+
+/// Which half of the connection a key belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Direction {
+    Tx,
+    Rx,
+}
+
+impl Direction {
+    fn optname(self) -> libc::c_int {
+        match self {
+            Direction::Tx => libc::TLS_TX,
+            Direction::Rx => libc::TLS_RX,
+        }
+    }
+}
+
+/// One of the kernel's `tls12_crypto_info_*` structures (the name is the
+/// kernel's; they serve TLS 1.3 as well). Key bytes are wiped on drop.
+pub enum CryptoInfo {
+    Aes128Gcm(libc::tls12_crypto_info_aes_gcm_128),
+    Aes256Gcm(libc::tls12_crypto_info_aes_gcm_256),
+    Chacha20Poly1305(libc::tls12_crypto_info_chacha20_poly1305),
+}
+
+impl Drop for CryptoInfo {
+    fn drop(&mut self) {
+        use zeroize::Zeroize;
+        match self {
+            CryptoInfo::Aes128Gcm(i) => {
+                i.key.zeroize();
+                i.iv.zeroize();
+                i.salt.zeroize();
+            }
+            CryptoInfo::Aes256Gcm(i) => {
+                i.key.zeroize();
+                i.iv.zeroize();
+                i.salt.zeroize();
+            }
+            CryptoInfo::Chacha20Poly1305(i) => {
+                i.key.zeroize();
+                i.iv.zeroize();
+            }
+        }
+    }
+}
+
+fn check(ret: libc::c_int) -> io::Result<()> {
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Attach the kernel's "tls" upper-layer protocol to a connected TCP socket.
+/// Fails with `ENOENT` when the kernel has no `tls` module, and harmlessly
+/// leaves the socket a plain TCP socket in every failure case.
+pub fn set_tls_ulp(fd: BorrowedFd<'_>) -> io::Result<()> {
+    const ULP: &[u8] = b"tls";
+    // SAFETY: `fd` is a live socket for the borrow; the option value points
+    // at a static byte string whose exact length is passed.
+    let ret = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_TCP,
+            libc::TCP_ULP,
+            ULP.as_ptr().cast(),
+            ULP.len() as libc::socklen_t,
+        )
+    };
+    check(ret)
+}
+
+/// Install a record key for one direction (`TLS_TX` / `TLS_RX`).
+pub fn set_crypto_info(fd: BorrowedFd<'_>, dir: Direction, info: &CryptoInfo) -> io::Result<()> {
+    let (ptr, len): (*const libc::c_void, usize) = match info {
+        CryptoInfo::Aes128Gcm(i) => ((i as *const _ as *const _), mem::size_of_val(i)),
+        CryptoInfo::Aes256Gcm(i) => ((i as *const _ as *const _), mem::size_of_val(i)),
+        CryptoInfo::Chacha20Poly1305(i) => ((i as *const _ as *const _), mem::size_of_val(i)),
+    };
+    // SAFETY: `ptr`/`len` describe a live, fully initialised `repr(C)` kernel
+    // structure borrowed for the duration of the call.
+    let ret = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_TLS,
+            dir.optname(),
+            ptr,
+            len as libc::socklen_t,
+        )
+    };
+    check(ret)
+}
+
+/// Room for one `cmsghdr` carrying a one-byte record type, aligned for
+/// `cmsghdr` (CMSG_SPACE(1) is 24 bytes on 64-bit Linux).
+#[repr(C, align(8))]
+struct CmsgBuf([u8; 32]);
+
+/// What one `recvmsg` on a kTLS socket returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received {
+    /// Plaintext bytes written to the buffer.
+    pub len: usize,
+    /// TLS content type of the record these bytes came from.
+    pub record_type: u8,
+    /// The kernel reached the end of that record (`MSG_EOR`).
+    pub end_of_record: bool,
+}
+
+/// `recvmsg` with room for the kernel's `TLS_GET_RECORD_TYPE` ancillary
+/// message, so control records (alerts, handshake messages) are returned
+/// with their type instead of failing the read with `EIO`. The kernel never
+/// mixes records of different types in one call. Non-blocking.
+pub fn recv_record(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Received> {
+    let mut cbuf = CmsgBuf([0; 32]);
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: an all-zero msghdr is a valid empty header; every pointer set
+    // below refers to a live local or to `buf`, which outlive the call.
+    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.0.as_mut_ptr().cast();
+    msg.msg_controllen = cbuf.0.len() as _;
+    // SAFETY: `msg` is fully initialised and points at live buffers.
+    let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut record_type = RECORD_APPLICATION_DATA;
+    // SAFETY: `msg` was filled in by the kernel; the CMSG_* macros walk the
+    // control buffer within `msg_controllen`, which the kernel bounded by
+    // our buffer's size.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_TLS
+                && (*c).cmsg_type == libc::TLS_GET_RECORD_TYPE
+                && (*c).cmsg_len as usize >= libc::CMSG_LEN(1) as usize
+            {
+                record_type = *libc::CMSG_DATA(c);
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok(Received {
+        len: n as usize,
+        record_type,
+        end_of_record: msg.msg_flags & libc::MSG_EOR != 0,
+    })
+}
+
+/// Send one record of the given TLS content type (`TLS_SET_RECORD_TYPE`),
+/// used for alerts (close_notify) and post-handshake messages (KeyUpdate).
+/// Non-blocking.
+pub fn send_record(fd: BorrowedFd<'_>, record_type: u8, data: &[u8]) -> io::Result<usize> {
+    let mut cbuf = CmsgBuf([0; 32]);
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: as in `recv_record`: zeroed header, pointers to live locals.
+    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.0.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(1) } as _;
+    // SAFETY: the control buffer is 32 bytes, aligned, and at least
+    // CMSG_SPACE(1) long, so the first header and its one data byte fit.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_TLS;
+        (*c).cmsg_type = libc::TLS_SET_RECORD_TYPE;
+        (*c).cmsg_len = libc::CMSG_LEN(1) as _;
+        *libc::CMSG_DATA(c) = record_type;
+    }
+    // SAFETY: `msg` is fully initialised and points at live buffers; the
+    // kernel only reads from `data`.
+    let n = unsafe {
+        libc::sendmsg(
+            fd.as_raw_fd(),
+            &msg,
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn ulp_on_a_plain_socket_is_either_accepted_or_refused_cleanly() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        match set_tls_ulp(c.as_fd()) {
+            Ok(()) => {}
+            Err(e) => assert!(
+                matches!(e.raw_os_error(), Some(libc::ENOENT)),
+                "unexpected error {e}"
+            ),
+        }
+    }
+
+    #[test]
+    fn recv_record_on_plain_tcp_reports_application_data() {
+        use std::io::Write;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        c.write_all(b"hello").unwrap();
+        let mut buf = [0u8; 16];
+        let r = loop {
+            match recv_record(s.as_fd(), &mut buf) {
+                Ok(r) => break r,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) => panic!("{e}"),
+            }
+        };
+        assert_eq!(&buf[..r.len], b"hello");
+        assert_eq!(r.record_type, RECORD_APPLICATION_DATA);
+    }
+}

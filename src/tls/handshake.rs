@@ -1,0 +1,180 @@
+//! The TLS handshake, driven with rustls' unbuffered API.
+//!
+//! Records are read one at a time (5-byte header, then exactly its body), so
+//! when the handshake completes no byte of the client's first request sits
+//! in our buffer: it is still in the socket, where the kernel will decrypt it
+//! once `TLS_RX` is set. Everything rustls wants to send (the server's
+//! flight, TLS 1.3 session tickets) is written out before we return, because
+//! the kernel handoff requires an empty send queue.
+
+use crate::transport::TransportError;
+use rustls::server::UnbufferedServerConnection;
+use rustls::unbuffered::{ConnectionState, EncodeError, UnbufferedStatus};
+use std::io;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+/// Largest TLS record on the wire: header + 2^14 + 2048 (RFC 5246 limit on
+/// ciphertext expansion; TLS 1.3 allows only 256 of it).
+pub const MAX_RECORD: usize = 5 + 16384 + 2048;
+
+/// The state a finished handshake hands on.
+pub struct Handshaken {
+    pub conn: UnbufferedServerConnection,
+    /// Unprocessed bytes read from the socket (always empty with
+    /// record-by-record reading, but kept so nothing can be lost).
+    pub pending_tls: Vec<u8>,
+    /// Application data rustls decrypted during the handshake (likewise).
+    pub early_plaintext: Vec<u8>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeError {
+    #[error("client closed the connection during the handshake")]
+    Eof,
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+}
+
+impl From<io::Error> for HandshakeError {
+    fn from(e: io::Error) -> Self {
+        HandshakeError::Transport(e.into())
+    }
+}
+
+impl From<rustls::Error> for HandshakeError {
+    fn from(e: rustls::Error) -> Self {
+        HandshakeError::Transport(e.into())
+    }
+}
+
+/// Run the handshake on `sock` until rustls reports it may send application
+/// data and has nothing left to send.
+pub async fn handshake(
+    sock: &mut TcpStream,
+    mut conn: UnbufferedServerConnection,
+) -> Result<Handshaken, HandshakeError> {
+    let mut incoming = vec![0u8; MAX_RECORD];
+    let mut used = 0usize;
+    let mut outgoing: Vec<u8> = Vec::with_capacity(4096);
+    let mut early_plaintext = Vec::new();
+
+    loop {
+        let UnbufferedStatus { discard, state } = conn.process_tls_records(&mut incoming[..used]);
+        let state = match state {
+            Ok(s) => s,
+            Err(e) => {
+                // Tell the client why, if rustls queued an alert.
+                flush_alert(sock, &mut conn, &mut outgoing).await;
+                return Err(e.into());
+            }
+        };
+        let mut done = false;
+        let mut need_read = false;
+        match state {
+            ConnectionState::EncodeTlsData(mut enc) => encode(&mut enc, &mut outgoing),
+            ConnectionState::TransmitTlsData(tx) => {
+                sock.write_all(&outgoing).await?;
+                outgoing.clear();
+                tx.done();
+            }
+            ConnectionState::BlockedHandshake => need_read = true,
+            ConnectionState::ReadTraffic(mut rt) => {
+                while let Some(rec) = rt.next_record() {
+                    early_plaintext.extend_from_slice(rec?.payload);
+                }
+            }
+            ConnectionState::WriteTraffic(_) => done = true,
+            ConnectionState::PeerClosed | ConnectionState::Closed => return Err(HandshakeError::Eof),
+            // 0-RTT is not enabled; anything else is a future rustls state.
+            _ => return Err(TransportError::Protocol("unexpected handshake state").into()),
+        }
+        if discard > 0 {
+            incoming.copy_within(discard..used, 0);
+            used -= discard;
+        }
+        if done {
+            if !outgoing.is_empty() {
+                sock.write_all(&outgoing).await?;
+            }
+            incoming.truncate(used);
+            return Ok(Handshaken {
+                conn,
+                pending_tls: incoming,
+                early_plaintext,
+            });
+        }
+        if need_read {
+            used += read_one_record(sock, &mut incoming, used).await?;
+        }
+    }
+}
+
+fn encode(enc: &mut rustls::unbuffered::EncodeTlsData<'_, rustls::server::ServerConnectionData>, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.resize(start + 4096, 0);
+    match enc.encode(&mut out[start..]) {
+        Ok(n) => out.truncate(start + n),
+        Err(EncodeError::InsufficientSize(e)) => {
+            out.resize(start + e.required_size, 0);
+            let n = enc.encode(&mut out[start..]).unwrap_or(0);
+            out.truncate(start + n);
+        }
+        Err(EncodeError::AlreadyEncoded) => out.truncate(start),
+    }
+}
+
+/// After a handshake error rustls may have queued an alert: send it, best
+/// effort, without waiting on a slow peer.
+async fn flush_alert(sock: &mut TcpStream, conn: &mut UnbufferedServerConnection, out: &mut Vec<u8>) {
+    for _ in 0..4 {
+        let UnbufferedStatus { state, .. } = conn.process_tls_records(&mut []);
+        match state {
+            Ok(ConnectionState::EncodeTlsData(mut enc)) => encode(&mut enc, out),
+            Ok(ConnectionState::TransmitTlsData(tx)) => tx.done(),
+            _ => break,
+        }
+    }
+    if !out.is_empty() {
+        let _ = sock.try_write(out);
+    }
+}
+
+/// Read until `buf[..used]` ends with one more complete record, never past it.
+async fn read_one_record(sock: &mut TcpStream, buf: &mut [u8], used: usize) -> Result<usize, HandshakeError> {
+    let mut have = used;
+    // Where the record we are completing starts: skip whole records first.
+    let mut start = 0;
+    while have - start >= 5 {
+        let len = u16::from_be_bytes([buf[start + 3], buf[start + 4]]) as usize;
+        if have - start >= 5 + len {
+            start += 5 + len;
+        } else {
+            break;
+        }
+    }
+    loop {
+        let want = if have - start < 5 {
+            start + 5
+        } else {
+            let len = u16::from_be_bytes([buf[start + 3], buf[start + 4]]) as usize;
+            if 5 + len > MAX_RECORD {
+                return Err(TransportError::Protocol("oversized record").into());
+            }
+            start + 5 + len
+        };
+        if have >= want && have - start >= 5 {
+            return Ok(have - used);
+        }
+        if want > buf.len() {
+            return Err(TransportError::Protocol("handshake larger than the record buffer").into());
+        }
+        sock.readable().await?;
+        match sock.try_read(&mut buf[have..want]) {
+            Ok(0) => return Err(HandshakeError::Eof),
+            Ok(n) => have += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}

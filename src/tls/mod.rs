@@ -1,0 +1,108 @@
+//! rustls on the server side: the one `ServerConfig` all workers share (so
+//! the session cache and ticket keys are common to every worker), the
+//! record-by-record handshake, and the user-space data path.
+
+pub mod handshake;
+pub mod userspace;
+
+use rustls::crypto::{aws_lc_rs, CryptoProvider};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::ServerSessionMemoryCache;
+use rustls::{CipherSuite, ServerConfig};
+use std::sync::Arc;
+
+/// The suites tlsfront negotiates: exactly the AEADs kTLS can carry, TLS 1.3
+/// and TLS 1.2 ECDHE, in rustls' order of preference.
+const SUITES: [CipherSuite; 9] = [
+    CipherSuite::TLS13_AES_256_GCM_SHA384,
+    CipherSuite::TLS13_AES_128_GCM_SHA256,
+    CipherSuite::TLS13_CHACHA20_POLY1305_SHA256,
+    CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    CipherSuite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsConfigError {
+    #[error("the certificate and key cannot be used together: {0} (check that --key belongs to the first certificate in --cert)")]
+    Identity(rustls::Error),
+    #[error("TLS set-up failed: {0}")]
+    Setup(rustls::Error),
+}
+
+/// Options that shape the TLS server.
+#[derive(Clone, Debug)]
+pub struct TlsOptions {
+    /// ALPN protocols offered, most preferred first (empty: no ALPN).
+    pub alpn: Vec<Vec<u8>>,
+    /// Entries in the server-side session cache (TLS 1.2 session IDs).
+    pub session_cache: usize,
+    /// TLS 1.3 tickets sent after each full handshake.
+    pub tls13_tickets: usize,
+}
+
+impl Default for TlsOptions {
+    fn default() -> Self {
+        TlsOptions {
+            // As nginx: HTTP/1.0 clients (curl --http1.0) offer "http/1.0".
+            alpn: vec![b"http/1.1".to_vec(), b"http/1.0".to_vec()],
+            session_cache: 20_000,
+            tls13_tickets: 2,
+        }
+    }
+}
+
+/// The crypto provider: aws-lc-rs restricted to kTLS-capable suites and to
+/// X25519 and P-256 key exchange.
+pub fn provider() -> CryptoProvider {
+    let base = aws_lc_rs::default_provider();
+    CryptoProvider {
+        cipher_suites: base
+            .cipher_suites
+            .iter()
+            .copied()
+            .filter(|s| SUITES.contains(&s.suite()))
+            .collect(),
+        kx_groups: vec![aws_lc_rs::kx_group::X25519, aws_lc_rs::kx_group::SECP256R1],
+        ..base
+    }
+}
+
+/// Build the shared server configuration.
+pub fn server_config(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    opts: &TlsOptions,
+) -> Result<Arc<ServerConfig>, TlsConfigError> {
+    let mut cfg = ServerConfig::builder_with_provider(Arc::new(provider()))
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(TlsConfigError::Setup)?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(TlsConfigError::Identity)?;
+    cfg.alpn_protocols = opts.alpn.clone();
+    // Needed for the kernel handoff (`dangerous_into_kernel_connection`).
+    cfg.enable_secret_extraction = true;
+    cfg.session_storage = ServerSessionMemoryCache::new(opts.session_cache);
+    cfg.ticketer = aws_lc_rs::Ticketer::new().map_err(TlsConfigError::Setup)?;
+    cfg.send_tls13_tickets = opts.tls13_tickets;
+    cfg.max_early_data_size = 0;
+    Ok(Arc::new(cfg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_offers_only_ktls_capable_suites() {
+        let p = provider();
+        assert_eq!(p.cipher_suites.len(), SUITES.len());
+        for s in &p.cipher_suites {
+            assert!(crate::ktls::Cipher::from_suite(s.suite()).is_some(), "{:?}", s.suite());
+        }
+    }
+}

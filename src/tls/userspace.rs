@@ -1,0 +1,283 @@
+//! User-space TLS: a connection the kernel did not take (no kTLS, a cipher
+//! it cannot carry, `--ktls off`) keeps running on the same rustls
+//! unbuffered connection that did the handshake.
+//!
+//! Reads pull whole TLS records from the socket into one buffer and decrypt
+//! them; writes encrypt straight into an output buffer sized for the data, so
+//! a file chunk is read once, encrypted once and written once. Buffers are
+//! dropped while the connection is idle.
+
+use super::handshake::{Handshaken, MAX_RECORD};
+use crate::transport::{Path, Transport, TransportError};
+use rustls::server::UnbufferedServerConnection;
+use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::time::Duration;
+use tokio::net::TcpStream;
+
+/// Plaintext per write when sending a file: 8 full records.
+const FILE_CHUNK: usize = 8 * 16384;
+/// Per-record overhead bound for the output buffer (header + nonce + tag +
+/// TLS 1.3 content type).
+const RECORD_OVERHEAD: usize = 5 + 8 + 16 + 1 + 2;
+
+pub struct UserTls {
+    sock: TcpStream,
+    conn: UnbufferedServerConnection,
+    /// Received TLS bytes, `in_len` of them valid.
+    inbuf: Vec<u8>,
+    in_len: usize,
+    /// Decrypted bytes not yet returned by `read`, from `plain_pos`.
+    plain: Vec<u8>,
+    plain_pos: usize,
+    /// Encrypted bytes not yet written.
+    out: Vec<u8>,
+    /// Plaintext staging for file reads.
+    file_buf: Vec<u8>,
+    peer_closed: bool,
+    stall: Duration,
+}
+
+enum Want<'a> {
+    /// Process what is buffered, stop when no more progress is possible.
+    Process,
+    /// Then encrypt this plaintext.
+    Encrypt(&'a [u8]),
+    /// Then encrypt a close_notify.
+    CloseNotify,
+}
+
+impl UserTls {
+    pub fn new(sock: TcpStream, hs: Handshaken, stall: Duration) -> Self {
+        let in_len = hs.pending_tls.len();
+        UserTls {
+            sock,
+            conn: hs.conn,
+            inbuf: hs.pending_tls,
+            in_len,
+            plain: hs.early_plaintext,
+            plain_pos: 0,
+            out: Vec::new(),
+            file_buf: Vec::new(),
+            peer_closed: false,
+            stall,
+        }
+    }
+
+    pub fn socket(&self) -> &TcpStream {
+        &self.sock
+    }
+
+    /// Drive rustls over the buffered input; stash plaintext, queue any
+    /// output (alerts, KeyUpdate replies), and do `want` once rustls allows
+    /// writing.
+    fn step(&mut self, want: Want<'_>) -> Result<(), TransportError> {
+        loop {
+            let UnbufferedStatus { discard, state } =
+                self.conn.process_tls_records(&mut self.inbuf[..self.in_len]);
+            let mut finished = false;
+            match state? {
+                ConnectionState::ReadTraffic(mut rt) => {
+                    while let Some(rec) = rt.next_record() {
+                        self.plain.extend_from_slice(rec?.payload);
+                    }
+                }
+                ConnectionState::EncodeTlsData(mut enc) => {
+                    let start = self.out.len();
+                    self.out.resize(start + 1024, 0);
+                    let n = match enc.encode(&mut self.out[start..]) {
+                        Ok(n) => n,
+                        Err(EncodeError::InsufficientSize(e)) => {
+                            self.out.resize(start + e.required_size, 0);
+                            enc.encode(&mut self.out[start..]).unwrap_or(0)
+                        }
+                        Err(EncodeError::AlreadyEncoded) => 0,
+                    };
+                    self.out.truncate(start + n);
+                }
+                // Output stays queued in `out`, in order; it is written by
+                // the caller before anything else.
+                ConnectionState::TransmitTlsData(tx) => tx.done(),
+                ConnectionState::PeerClosed => self.peer_closed = true,
+                ConnectionState::Closed => {
+                    self.peer_closed = true;
+                    finished = true;
+                }
+                ConnectionState::WriteTraffic(mut wt) => {
+                    match want {
+                        Want::Process => {}
+                        Want::Encrypt(data) => {
+                            let start = self.out.len();
+                            let room = data.len() + (data.len() / 16384 + 1) * RECORD_OVERHEAD;
+                            self.out.resize(start + room, 0);
+                            let n = match wt.encrypt(data, &mut self.out[start..]) {
+                                Ok(n) => n,
+                                Err(EncryptError::InsufficientSize(e)) => {
+                                    self.out.resize(start + e.required_size, 0);
+                                    wt.encrypt(data, &mut self.out[start..])
+                                        .map_err(|_| TransportError::Protocol("encrypt failed"))?
+                                }
+                                Err(_) => return Err(TransportError::Protocol("encrypt failed")),
+                            };
+                            self.out.truncate(start + n);
+                        }
+                        Want::CloseNotify => {
+                            let start = self.out.len();
+                            self.out.resize(start + 64, 0);
+                            let n = wt.queue_close_notify(&mut self.out[start..]).unwrap_or(0);
+                            self.out.truncate(start + n);
+                        }
+                    }
+                    finished = true;
+                }
+                ConnectionState::BlockedHandshake => finished = true,
+                _ => return Err(TransportError::Protocol("unexpected TLS state")),
+            }
+            if discard > 0 {
+                self.inbuf.copy_within(discard..self.in_len, 0);
+                self.in_len -= discard;
+            }
+            if finished {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn flush(&mut self) -> Result<(), TransportError> {
+        let mut pos = 0;
+        while pos < self.out.len() {
+            match tokio::time::timeout(self.stall, self.sock.writable()).await {
+                Ok(r) => r?,
+                Err(_) => return Err(TransportError::SendTimeout(self.stall)),
+            }
+            match self.sock.try_write(&self.out[pos..]) {
+                Ok(n) => pos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.out.clear();
+        Ok(())
+    }
+
+    /// Read more TLS bytes from the socket. `Ok(false)` on EOF.
+    async fn fill(&mut self) -> Result<bool, TransportError> {
+        if self.inbuf.len() < MAX_RECORD {
+            self.inbuf.resize(MAX_RECORD, 0);
+        }
+        if self.in_len == self.inbuf.len() {
+            return Err(TransportError::Protocol("record larger than the protocol allows"));
+        }
+        loop {
+            self.sock.readable().await?;
+            match self.sock.try_read(&mut self.inbuf[self.in_len..]) {
+                Ok(0) => return Ok(false),
+                Ok(n) => {
+                    self.in_len += n;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    fn take_plain(&mut self, buf: &mut [u8]) -> usize {
+        let avail = &self.plain[self.plain_pos..];
+        let n = avail.len().min(buf.len());
+        buf[..n].copy_from_slice(&avail[..n]);
+        self.plain_pos += n;
+        if self.plain_pos == self.plain.len() {
+            self.plain.clear();
+            self.plain_pos = 0;
+        }
+        n
+    }
+}
+
+impl Transport for UserTls {
+    async fn read(&mut self, buf: &mut [u8]) -> Result<usize, TransportError> {
+        loop {
+            if self.plain_pos < self.plain.len() {
+                return Ok(self.take_plain(buf));
+            }
+            if self.peer_closed {
+                return Ok(0);
+            }
+            self.step(Want::Process)?;
+            if !self.out.is_empty() {
+                self.flush().await?;
+            }
+            if self.plain_pos < self.plain.len() || self.peer_closed {
+                continue;
+            }
+            if !self.fill().await? {
+                // TCP FIN without close_notify.
+                self.peer_closed = true;
+            }
+        }
+    }
+
+    async fn readable(&mut self) -> Result<(), TransportError> {
+        if self.plain_pos < self.plain.len() || self.peer_closed || self.in_len > 0 {
+            return Ok(());
+        }
+        self.sock.readable().await?;
+        Ok(())
+    }
+
+    async fn write_all(&mut self, data: &[u8], _more: bool) -> Result<(), TransportError> {
+        for chunk in data.chunks(FILE_CHUNK) {
+            self.step(Want::Encrypt(chunk))?;
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn send_file(&mut self, file: &File, mut offset: u64, len: u64) -> Result<(), TransportError> {
+        let end = offset + len;
+        let mut staging = std::mem::take(&mut self.file_buf);
+        staging.resize(FILE_CHUNK, 0);
+        let result = async {
+            while offset < end {
+                let want = ((end - offset) as usize).min(FILE_CHUNK);
+                let n = file.read_at(&mut staging[..want], offset)?;
+                if n == 0 {
+                    return Err(TransportError::FileShrank);
+                }
+                self.step(Want::Encrypt(&staging[..n]))?;
+                self.flush().await?;
+                offset += n as u64;
+            }
+            Ok(())
+        }
+        .await;
+        self.file_buf = staging;
+        result
+    }
+
+    async fn close(&mut self) -> Result<(), TransportError> {
+        self.step(Want::CloseNotify)?;
+        self.flush().await?;
+        socket2::SockRef::from(&self.sock).shutdown(std::net::Shutdown::Write)?;
+        Ok(())
+    }
+
+    fn release_buffers(&mut self) {
+        if self.in_len == 0 {
+            self.inbuf = Vec::new();
+        }
+        if self.plain_pos == self.plain.len() {
+            self.plain = Vec::new();
+            self.plain_pos = 0;
+        }
+        self.out = Vec::new();
+        self.file_buf = Vec::new();
+    }
+
+    fn path(&self) -> Path {
+        Path::Userspace
+    }
+}

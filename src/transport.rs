@@ -1,0 +1,93 @@
+//! The plaintext byte stream that the HTTP server and the proxy speak over:
+//! a kTLS socket ([`crate::ktls::stream::KtlsStream`]) or rustls in user
+//! space ([`crate::tls::userspace::UserTls`]), behind one small trait so the
+//! protocol code is written once.
+
+use std::fs::File;
+use std::io;
+use std::time::Duration;
+
+/// Which data path a connection took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// Records encrypted and decrypted by the kernel; bodies by `sendfile`.
+    Ktls,
+    /// Records handled by rustls in this process.
+    Userspace,
+}
+
+impl Path {
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Ktls => "ktls",
+            Path::Userspace => "userspace",
+        }
+    }
+}
+
+/// Why a transport operation failed. Every variant ends the connection.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("socket: {0}")]
+    Io(#[from] io::Error),
+    #[error("TLS: {0}")]
+    Tls(#[from] rustls::Error),
+    #[error("peer sent fatal TLS alert {0}")]
+    PeerAlert(u8),
+    #[error("peer sent a TLS 1.3 KeyUpdate, which this kernel cannot follow (kTLS rekey needs Linux >= 6.14)")]
+    KeyUpdateUnsupported,
+    #[error("the cipher's record limit was reached and the key cannot be replaced here")]
+    RecordLimit,
+    #[error("file shrank while it was being sent")]
+    FileShrank,
+    #[error("peer accepted no data for {0:?} (send timeout)")]
+    SendTimeout(Duration),
+    #[error("peer broke the TLS protocol: {0}")]
+    Protocol(&'static str),
+}
+
+impl TransportError {
+    /// A short, stable label for counters.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TransportError::Io(e) if e.kind() == io::ErrorKind::ConnectionReset => "reset",
+            TransportError::Io(e) if e.kind() == io::ErrorKind::BrokenPipe => "reset",
+            TransportError::Io(_) => "io",
+            TransportError::Tls(_) => "tls",
+            TransportError::PeerAlert(_) => "peer_alert",
+            TransportError::KeyUpdateUnsupported => "keyupdate_unsupported",
+            TransportError::RecordLimit => "record_limit",
+            TransportError::FileShrank => "file_shrank",
+            TransportError::SendTimeout(_) => "send_timeout",
+            TransportError::Protocol(_) => "tls_protocol",
+        }
+    }
+}
+
+/// A TLS connection after its handshake, seen as plaintext.
+pub(crate) trait Transport {
+    /// Read plaintext; `Ok(0)` is the end of the peer's data (close_notify
+    /// or TCP FIN).
+    async fn read(&mut self, buf: &mut [u8]) -> Result<usize, TransportError>;
+
+    /// Wait until `read` can make progress, without holding a buffer (idle
+    /// keep-alive connections keep no buffers).
+    async fn readable(&mut self) -> Result<(), TransportError>;
+
+    /// Write all of `data`. `more` says a body follows at once, so the
+    /// bytes may share a record with it.
+    async fn write_all(&mut self, data: &[u8], more: bool) -> Result<(), TransportError>;
+
+    /// Send `len` bytes of `file` from `offset`. A file that turns out to be
+    /// shorter fails with [`TransportError::FileShrank`]; nothing is padded.
+    async fn send_file(&mut self, file: &File, offset: u64, len: u64)
+        -> Result<(), TransportError>;
+
+    /// Send close_notify and shut down our direction.
+    async fn close(&mut self) -> Result<(), TransportError>;
+
+    /// Drop buffers that an idle connection does not need.
+    fn release_buffers(&mut self);
+
+    fn path(&self) -> Path;
+}
