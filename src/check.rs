@@ -22,7 +22,13 @@ pub fn report(s: &Support) -> (String, bool) {
     for v in Version::ALL {
         for c in Cipher::ALL {
             let yn = |d| if s.cell(v, c, d).is_ok() { "yes" } else { "no" };
-            let _ = writeln!(out, "{:<28} {:<4} {:<4}", format!("{v} {c}"), yn(Direction::Tx), yn(Direction::Rx));
+            let _ = writeln!(
+                out,
+                "{:<28} {:<4} {:<4}",
+                format!("{v} {c}"),
+                yn(Direction::Tx),
+                yn(Direction::Rx)
+            );
             for d in [Direction::Tx, Direction::Rx] {
                 if let Some(f) = s.fix(v, c, d) {
                     all = false;
@@ -36,7 +42,11 @@ pub fn report(s: &Support) -> (String, bool) {
     let _ = writeln!(
         out,
         "TLS1.3 rekey (KeyUpdate):    {}",
-        if s.rekey { "yes" } else { "no - needs Linux >= 6.14; without it a client KeyUpdate ends the connection cleanly" }
+        if s.rekey {
+            "yes"
+        } else {
+            "no - needs Linux >= 6.14; without it a client KeyUpdate ends the connection cleanly"
+        }
     );
     for f in &fixes {
         let _ = writeln!(out, "fix: {f}");

@@ -1,11 +1,17 @@
 //! The command line: `serve`, `check` (and the other jobs as they land).
 
-use crate::config::{default_workers, parse_listen, ConfigError, FileConfig, KtlsMode, ServeConfig};
+use crate::config::{
+    default_workers, parse_listen, ConfigError, FileConfig, KtlsMode, ServeConfig,
+};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
-#[command(name = "tlsfront", version, about = "A TLS front end for Linux: static files over HTTPS with kernel TLS + sendfile")]
+#[command(
+    name = "tlsfront",
+    version,
+    about = "A TLS front end for Linux: static files over HTTPS with kernel TLS + sendfile"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -14,7 +20,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Serve a directory over HTTPS (HTTP/1.1).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Show what this kernel's TLS offload can do, and how to fix each "no".
     Check,
 }
@@ -86,10 +92,17 @@ impl ServeArgs {
         } else {
             listen.push(parse_listen("default", "127.0.0.1:8443")?);
         }
-        let workers = self.workers.or(file.workers).unwrap_or_else(default_workers);
+        let workers = self
+            .workers
+            .or(file.workers)
+            .unwrap_or_else(default_workers);
         if workers == 0 {
             return Err(ConfigError::Workers {
-                origin: if self.workers.is_some() { "--workers".into() } else { file_origin },
+                origin: if self.workers.is_some() {
+                    "--workers".into()
+                } else {
+                    file_origin
+                },
             });
         }
         let mut timeouts = file.timeouts;
@@ -115,7 +128,8 @@ impl ServeArgs {
             workers,
             ktls: self.ktls.or(file.ktls).unwrap_or(KtlsMode::Auto),
             autoindex: self.autoindex || file.autoindex.unwrap_or(false),
-            follow_symlinks_outside: self.follow_symlinks_outside || file.follow_symlinks_outside.unwrap_or(false),
+            follow_symlinks_outside: self.follow_symlinks_outside
+                || file.follow_symlinks_outside.unwrap_or(false),
             limits: file.limits,
             timeouts,
         })
@@ -131,7 +145,10 @@ mod tests {
         let c = ServeArgs::default().resolve().unwrap();
         assert_eq!(c.listen, vec!["127.0.0.1:8443".parse().unwrap()]);
         assert_eq!(c.ktls, KtlsMode::Auto);
-        assert_eq!(c.timeouts.keepalive, crate::config::Timeouts::default().keepalive);
+        assert_eq!(
+            c.timeouts.keepalive,
+            crate::config::Timeouts::default().keepalive
+        );
         let a = ServeArgs {
             listen: vec!["[::1]:0".into(), "127.0.0.1:0".into()],
             keepalive_timeout: Some(1.5),
@@ -151,6 +168,10 @@ mod tests {
             workers: Some(0),
             ..Default::default()
         };
-        assert!(zero.resolve().unwrap_err().to_string().contains("--workers"));
+        assert!(zero
+            .resolve()
+            .unwrap_err()
+            .to_string()
+            .contains("--workers"));
     }
 }

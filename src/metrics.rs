@@ -123,7 +123,15 @@ impl Metrics {
             .filter(|(_, n)| n.load(Relaxed) > 0)
             .map(|(f, n)| format!("{} {}", f.name(), n.load(Relaxed)))
             .collect();
-        let _ = writeln!(s, "user-space reasons: {}", if fb.is_empty() { "none".into() } else { fb.join(", ") });
+        let _ = writeln!(
+            s,
+            "user-space reasons: {}",
+            if fb.is_empty() {
+                "none".into()
+            } else {
+                fb.join(", ")
+            }
+        );
         let _ = writeln!(
             s,
             "handshakes: full {} resumed {} failed {}",
@@ -138,10 +146,26 @@ impl Metrics {
             .filter(|(_, n)| n.load(Relaxed) > 0)
             .map(|(c, n)| format!("{c} {}", n.load(Relaxed)))
             .collect();
-        let _ = writeln!(s, "responses: {}", if st.is_empty() { "none".into() } else { st.join(", ") });
+        let _ = writeln!(
+            s,
+            "responses: {}",
+            if st.is_empty() {
+                "none".into()
+            } else {
+                st.join(", ")
+            }
+        );
         let errs = self.errors.lock().map(|m| m.clone()).unwrap_or_default();
         let e: Vec<String> = errs.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        let _ = write!(s, "errors: {}", if e.is_empty() { "none".into() } else { e.join(", ") });
+        let _ = write!(
+            s,
+            "errors: {}",
+            if e.is_empty() {
+                "none".into()
+            } else {
+                e.join(", ")
+            }
+        );
         s
     }
 }

@@ -12,17 +12,26 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum CertError {
     #[error("cannot read certificate file {path} (--cert): {source}")]
-    ReadCert { path: PathBuf, source: rustls::pki_types::pem::Error },
+    ReadCert {
+        path: PathBuf,
+        source: rustls::pki_types::pem::Error,
+    },
     #[error("certificate file {path} (--cert) has no PEM CERTIFICATE block: give a PEM file with the server certificate first, then its chain")]
     NoCert { path: PathBuf },
     #[error("cannot read private key file {path} (--key): {source} (give a PEM PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY)")]
-    ReadKey { path: PathBuf, source: rustls::pki_types::pem::Error },
+    ReadKey {
+        path: PathBuf,
+        source: rustls::pki_types::pem::Error,
+    },
     #[error("--cert and --key go together: give both, or neither for the built-in self-signed certificate")]
     Half,
     #[error("no per-user data directory for the default certificate (set HOME or XDG_DATA_HOME, or give --cert and --key)")]
     NoDataDir,
     #[error("cannot write the default certificate to {path}: {source} (make the directory writable, or give --cert and --key)")]
-    Write { path: PathBuf, source: std::io::Error },
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot make a self-signed certificate: {0}")]
     Generate(#[from] rcgen::Error),
 }
@@ -60,12 +69,17 @@ pub fn load(cert: Option<&Path>, key: Option<&Path>) -> Result<Identity, CertErr
 fn load_pem(cert: &Path, key: &Path, created: bool) -> Result<Identity, CertError> {
     let chain = CertificateDer::pem_file_iter(cert)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|source| CertError::ReadCert { path: cert.into(), source })?;
+        .map_err(|source| CertError::ReadCert {
+            path: cert.into(),
+            source,
+        })?;
     if chain.is_empty() {
         return Err(CertError::NoCert { path: cert.into() });
     }
-    let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|source| CertError::ReadKey { path: key.into(), source })?;
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|source| CertError::ReadKey {
+        path: key.into(),
+        source,
+    })?;
     Ok(Identity {
         chain,
         key,
@@ -132,7 +146,11 @@ mod tests {
         let (c, k) = self_signed().unwrap();
         std::fs::write(dir.path().join("c.pem"), c).unwrap();
         std::fs::write(dir.path().join("k.pem"), k).unwrap();
-        let id = load(Some(&dir.path().join("c.pem")), Some(&dir.path().join("k.pem"))).unwrap();
+        let id = load(
+            Some(&dir.path().join("c.pem")),
+            Some(&dir.path().join("k.pem")),
+        )
+        .unwrap();
         assert_eq!(id.chain.len(), 1);
         assert_eq!(id.fingerprint().len(), 32 * 3 - 1);
         crate::tls::server_config(id.chain, id.key, &Default::default()).unwrap();
@@ -144,7 +162,13 @@ mod tests {
             .err()
             .unwrap()
             .to_string();
-        assert!(e.contains("/nonexistent/c.pem") && e.contains("--cert"), "{e}");
-        assert!(matches!(load(Some(Path::new("/a")), None), Err(CertError::Half)));
+        assert!(
+            e.contains("/nonexistent/c.pem") && e.contains("--cert"),
+            "{e}"
+        );
+        assert!(matches!(
+            load(Some(Path::new("/a")), None),
+            Err(CertError::Half)
+        ));
     }
 }

@@ -118,10 +118,15 @@ pub struct ServeConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
-    #[error("{origin}: listen address {value:?} is not IP:PORT (examples: 127.0.0.1:8443, [::1]:8443)")]
+    #[error(
+        "{origin}: listen address {value:?} is not IP:PORT (examples: 127.0.0.1:8443, [::1]:8443)"
+    )]
     Listen { origin: String, value: String },
     #[error("{origin}: workers must be at least 1")]
     Workers { origin: String },
@@ -139,7 +144,10 @@ impl FileConfig {
         })?;
         // Relative paths in the file are relative to the file.
         let base = path.parent().unwrap_or(Path::new("."));
-        for p in [&mut cfg.root, &mut cfg.cert, &mut cfg.key].into_iter().flatten() {
+        for p in [&mut cfg.root, &mut cfg.cert, &mut cfg.key]
+            .into_iter()
+            .flatten()
+        {
             if p.is_relative() {
                 *p = base.join(&*p);
             }
@@ -149,7 +157,9 @@ impl FileConfig {
 }
 
 pub fn default_workers() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 pub fn parse_listen(origin: &str, value: &str) -> Result<SocketAddr, ConfigError> {

@@ -80,15 +80,24 @@ pub enum RootError {
 }
 
 impl DocRoot {
-    pub fn open(path: &Path, follow_symlinks_outside: bool, autoindex: bool) -> Result<DocRoot, RootError> {
-        let path = path
-            .canonicalize()
-            .map_err(|source| RootError::Open { path: path.into(), source })?;
-        let dir = rustix::fs::open(&path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-            .map_err(|e| RootError::Open {
-                path: path.clone(),
-                source: e.into(),
-            })?;
+    pub fn open(
+        path: &Path,
+        follow_symlinks_outside: bool,
+        autoindex: bool,
+    ) -> Result<DocRoot, RootError> {
+        let path = path.canonicalize().map_err(|source| RootError::Open {
+            path: path.into(),
+            source,
+        })?;
+        let dir = rustix::fs::open(
+            &path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| RootError::Open {
+            path: path.clone(),
+            source: e.into(),
+        })?;
         let resolve = if follow_symlinks_outside {
             ResolveFlags::NO_MAGICLINKS
         } else {
@@ -147,7 +156,9 @@ impl DocRoot {
                 match self.open_at(&rel.join("index.html")) {
                     Ok(ifd) => {
                         let ist = rustix::fs::fstat(&ifd)?;
-                        if rustix::fs::FileType::from_raw_mode(ist.st_mode) == rustix::fs::FileType::RegularFile {
+                        if rustix::fs::FileType::from_raw_mode(ist.st_mode)
+                            == rustix::fs::FileType::RegularFile
+                        {
                             return Ok(Lookup::File(regular(ifd, &ist, Path::new("index.html"))));
                         }
                         Err(FileError::Forbidden)
@@ -208,7 +219,11 @@ fn listing(dir: OwnedFd, path: &NormPath) -> Result<String, FileError> {
         child.trailing_slash = is_dir;
         let href = child.to_url();
         let slash = if is_dir { "/" } else { "" };
-        html.push_str(&format!("<a href=\"{}\">{}{slash}</a>\r\n", escape(&href), escape(&name)));
+        html.push_str(&format!(
+            "<a href=\"{}\">{}{slash}</a>\r\n",
+            escape(&href),
+            escape(&name)
+        ));
     }
     html.push_str("</pre><hr></body>\r\n</html>\r\n");
     Ok(html)

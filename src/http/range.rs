@@ -43,7 +43,10 @@ pub fn parse(header: &str, size: u64) -> RangeResult {
         // "A-": from A to the end.
         (false, true) => match num(first) {
             Some(a) if a >= size => RangeResult::Unsatisfiable,
-            Some(a) => RangeResult::Partial { start: a, end: size - 1 },
+            Some(a) => RangeResult::Partial {
+                start: a,
+                end: size - 1,
+            },
             None => RangeResult::Full,
         },
         // "A-B".

@@ -71,7 +71,10 @@ impl RequestError {
 /// Parse the head at the start of `buf`. `Ok(None)`: incomplete, read more.
 pub fn parse(buf: &[u8], limits: &HeadLimits) -> Result<Option<RequestHead>, RequestError> {
     // Empty lines before the request line are allowed (RFC 9112 2.2).
-    let skip = buf.iter().take_while(|&&b| b == b'\r' || b == b'\n').count();
+    let skip = buf
+        .iter()
+        .take_while(|&&b| b == b'\r' || b == b'\n')
+        .count();
     let line_end = buf[skip..].iter().position(|&b| b == b'\n');
     match line_end {
         None if buf.len() - skip > limits.request_line => return Err(RequestError::UriTooLong),
@@ -185,7 +188,11 @@ pub fn parse(buf: &[u8], limits: &HeadLimits) -> Result<Option<RequestHead>, Req
         return Err(RequestError::Bad("more than one Host header"));
     }
     head.body = match (chunked, length) {
-        (Some(()), Some(_)) => return Err(RequestError::Bad("both Transfer-Encoding and Content-Length")),
+        (Some(()), Some(_)) => {
+            return Err(RequestError::Bad(
+                "both Transfer-Encoding and Content-Length",
+            ))
+        }
         (Some(()), None) => Body::Chunked,
         (None, Some(0)) | (None, None) => Body::None,
         (None, Some(n)) => Body::Length(n),
@@ -215,9 +222,13 @@ mod tests {
         assert!(h.keep_alive);
         let h = p("GET /a HTTP/1.0\r\n\r\n").unwrap().unwrap();
         assert!(!h.keep_alive);
-        let h = p("HEAD / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").unwrap().unwrap();
+        let h = p("HEAD / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert!(h.keep_alive && h.method == Method::Head);
-        let h = p("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap().unwrap();
+        let h = p("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert!(!h.keep_alive);
     }
 
@@ -226,7 +237,10 @@ mod tests {
         assert!(p("GET / HTTP/1.1\r\nHost: x\r\n").unwrap().is_none());
         let long = format!("GET /{} HTTP/1.1\r\n", "a".repeat(200));
         assert_eq!(p(&long).unwrap_err(), RequestError::UriTooLong);
-        assert_eq!(p(&"GET /".repeat(30)).unwrap_err(), RequestError::UriTooLong);
+        assert_eq!(
+            p(&"GET /".repeat(30)).unwrap_err(),
+            RequestError::UriTooLong
+        );
         let many = format!("GET / HTTP/1.1\r\n{}\r\n", "A: b\r\n".repeat(9));
         assert_eq!(p(&many).unwrap_err(), RequestError::HeadersTooLarge);
         let big = format!("GET / HTTP/1.1\r\nHost: x\r\nA: {}\r\n", "b".repeat(300));
@@ -235,16 +249,34 @@ mod tests {
 
     #[test]
     fn rejects_what_cannot_be_trusted() {
-        assert!(matches!(p("GET / HTTP/1.1\r\n\r\n"), Err(RequestError::Bad(_))));
-        assert!(matches!(p("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"), Err(RequestError::Bad(_))));
+        assert!(matches!(
+            p("GET / HTTP/1.1\r\n\r\n"),
+            Err(RequestError::Bad(_))
+        ));
+        assert!(matches!(
+            p("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
+            Err(RequestError::Bad(_))
+        ));
         assert!(matches!(
             p("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n"),
             Err(RequestError::Bad(_))
         ));
-        assert!(matches!(p("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n"), Err(RequestError::Bad(_))));
-        assert!(matches!(p("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"), Err(RequestError::Bad(_))));
-        assert_eq!(p("GET / HTTP/2.0\r\n\r\n").unwrap_err(), RequestError::Version);
-        assert!(matches!(p("GET\0 / HTTP/1.1\r\n\r\n"), Err(RequestError::Bad(_))));
+        assert!(matches!(
+            p("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n"),
+            Err(RequestError::Bad(_))
+        ));
+        assert!(matches!(
+            p("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"),
+            Err(RequestError::Bad(_))
+        ));
+        assert_eq!(
+            p("GET / HTTP/2.0\r\n\r\n").unwrap_err(),
+            RequestError::Version
+        );
+        assert!(matches!(
+            p("GET\0 / HTTP/1.1\r\n\r\n"),
+            Err(RequestError::Bad(_))
+        ));
     }
 
     #[test]
@@ -255,7 +287,9 @@ mod tests {
         assert_eq!(h.body, Body::Length(5));
         assert_eq!(h.range.as_deref(), Some("bytes=1-2"));
         assert_eq!(h.if_none_match.as_deref(), Some("\"a\", \"b\""));
-        let h = p("GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap().unwrap();
+        let h = p("GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(h.body, Body::Chunked);
     }
 }

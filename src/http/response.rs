@@ -118,7 +118,9 @@ mod tests {
         h.finish(Some(3), false, 1);
         let s = String::from_utf8(out).unwrap();
         assert!(s.starts_with("HTTP/1.1 404 Not Found\r\nServer: tlsfront/"));
-        assert!(s.ends_with("Content-Type: text/html\r\nContent-Length: 3\r\nConnection: close\r\n\r\n"));
+        assert!(s.ends_with(
+            "Content-Type: text/html\r\nContent-Length: 3\r\nConnection: close\r\n\r\n"
+        ));
     }
 
     #[test]

@@ -61,7 +61,11 @@ pub enum Cipher {
 }
 
 impl Cipher {
-    pub const ALL: [Cipher; 3] = [Cipher::Aes128Gcm, Cipher::Aes256Gcm, Cipher::Chacha20Poly1305];
+    pub const ALL: [Cipher; 3] = [
+        Cipher::Aes128Gcm,
+        Cipher::Aes256Gcm,
+        Cipher::Chacha20Poly1305,
+    ];
 
     /// The record cipher of a negotiated rustls suite, if kTLS knows it.
     pub fn from_suite(suite: CipherSuite) -> Option<Self> {
@@ -253,6 +257,9 @@ mod tests {
             Cipher::from_suite(CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256),
             Some(Cipher::Chacha20Poly1305)
         );
-        assert_eq!(Cipher::from_suite(CipherSuite::TLS13_AES_128_CCM_SHA256), None);
+        assert_eq!(
+            Cipher::from_suite(CipherSuite::TLS13_AES_128_CCM_SHA256),
+            None
+        );
     }
 }

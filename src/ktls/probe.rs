@@ -103,7 +103,9 @@ impl Support {
 
     /// Both directions of (version, cipher) can be handed to the kernel.
     pub fn offloads(&self, v: Version, c: Cipher) -> bool {
-        !self.disabled && self.cell(v, c, Direction::Tx).is_ok() && self.cell(v, c, Direction::Rx).is_ok()
+        !self.disabled
+            && self.cell(v, c, Direction::Tx).is_ok()
+            && self.cell(v, c, Direction::Rx).is_ok()
     }
 
     pub fn cell(&self, v: Version, c: Cipher, d: Direction) -> Result<(), &str> {
@@ -206,8 +208,14 @@ mod tests {
         assert!(!s.kernel.is_empty());
         if s.ulp.is_err() {
             assert!(!s.usable());
-            assert!(s.summary().starts_with("kTLS: unavailable ("), "{}", s.summary());
-            assert!(s.fix(Version::Tls13, Cipher::Aes128Gcm, Direction::Tx).is_some());
+            assert!(
+                s.summary().starts_with("kTLS: unavailable ("),
+                "{}",
+                s.summary()
+            );
+            assert!(s
+                .fix(Version::Tls13, Cipher::Aes128Gcm, Direction::Tx)
+                .is_some());
         } else {
             assert!(s.summary().starts_with("kTLS: "));
         }

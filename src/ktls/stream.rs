@@ -90,7 +90,11 @@ impl KtlsStream {
     }
 
     /// Send one whole control record, waiting for room if needed.
-    async fn send_control(&mut self, record_type: u8, payload: &[u8]) -> Result<(), TransportError> {
+    async fn send_control(
+        &mut self,
+        record_type: u8,
+        payload: &[u8],
+    ) -> Result<(), TransportError> {
         loop {
             self.writable().await?;
             match self.sock.try_io(Interest::WRITABLE, || {
@@ -109,7 +113,9 @@ impl KtlsStream {
     }
 
     async fn fatal(&mut self, alert: u8, why: &'static str) -> TransportError {
-        let _ = self.send_control(CONTENT_ALERT, &[ALERT_FATAL, alert]).await;
+        let _ = self
+            .send_control(CONTENT_ALERT, &[ALERT_FATAL, alert])
+            .await;
         TransportError::Protocol(why)
     }
 
@@ -130,7 +136,8 @@ impl KtlsStream {
         let (seq, secrets) = self.kconn.update_tx_secret()?;
         let info = crypto_info(self.version, seq, secrets)
             .map_err(|_| TransportError::Protocol("unsupported secrets"))?;
-        self.send_control(CONTENT_HANDSHAKE, &[HS_KEY_UPDATE, 0, 0, 1, 0]).await?;
+        self.send_control(CONTENT_HANDSHAKE, &[HS_KEY_UPDATE, 0, 0, 1, 0])
+            .await?;
         sys::set_crypto_info(self.sock.as_fd(), Direction::Tx, &info)?;
         self.tx_records = 0;
         Ok(())
@@ -142,12 +149,18 @@ impl KtlsStream {
         let mut end = done;
         while !end {
             if msg.len() > MAX_CONTROL {
-                return Err(self.fatal(ALERT_DECODE_ERROR, "oversized control record").await);
+                return Err(self
+                    .fatal(ALERT_DECODE_ERROR, "oversized control record")
+                    .await);
             }
             let mut chunk = [0u8; 1024];
             self.sock.readable().await?;
-            match self.sock.try_io(Interest::READABLE, || sys::recv_record(self.sock.as_fd(), &mut chunk)) {
-                Ok(r) if r.len == 0 => return Err(TransportError::Protocol("EOF inside a control record")),
+            match self.sock.try_io(Interest::READABLE, || {
+                sys::recv_record(self.sock.as_fd(), &mut chunk)
+            }) {
+                Ok(r) if r.len == 0 => {
+                    return Err(TransportError::Protocol("EOF inside a control record"))
+                }
                 Ok(r) => {
                     msg.extend_from_slice(&chunk[..r.len]);
                     end = r.end_of_record;
@@ -160,7 +173,11 @@ impl KtlsStream {
     }
 
     /// Act on one control record. `Ok(true)`: the peer closed its side.
-    async fn handle_control(&mut self, record_type: u8, msg: &[u8]) -> Result<bool, TransportError> {
+    async fn handle_control(
+        &mut self,
+        record_type: u8,
+        msg: &[u8],
+    ) -> Result<bool, TransportError> {
         match record_type {
             CONTENT_ALERT => {
                 let [level, desc] = msg else {
@@ -177,44 +194,64 @@ impl KtlsStream {
                 let mut rest = msg;
                 while !rest.is_empty() {
                     let &[typ, a, b, c, ref body @ ..] = rest else {
-                        return Err(self.fatal(ALERT_DECODE_ERROR, "truncated handshake message").await);
+                        return Err(self
+                            .fatal(ALERT_DECODE_ERROR, "truncated handshake message")
+                            .await);
                     };
                     let len = u32::from_be_bytes([0, a, b, c]) as usize;
                     if body.len() < len {
-                        return Err(self.fatal(ALERT_DECODE_ERROR, "truncated handshake message").await);
+                        return Err(self
+                            .fatal(ALERT_DECODE_ERROR, "truncated handshake message")
+                            .await);
                     }
                     let (payload, next) = body.split_at(len);
                     rest = next;
                     match typ {
                         HS_KEY_UPDATE if self.version == Version::Tls13 => {
                             let &[request] = payload else {
-                                return Err(self.fatal(ALERT_DECODE_ERROR, "malformed KeyUpdate").await);
+                                return Err(self
+                                    .fatal(ALERT_DECODE_ERROR, "malformed KeyUpdate")
+                                    .await);
                             };
                             if !rest.is_empty() {
                                 return Err(self
-                                    .fatal(ALERT_UNEXPECTED_MESSAGE, "KeyUpdate not alone in its record")
+                                    .fatal(
+                                        ALERT_UNEXPECTED_MESSAGE,
+                                        "KeyUpdate not alone in its record",
+                                    )
                                     .await);
                             }
                             self.key_update(request).await?;
                         }
                         HS_CLIENT_HELLO if self.version == Version::Tls12 => {
                             // Renegotiation: refuse it the way rustls does.
-                            self.send_control(CONTENT_ALERT, &[ALERT_WARNING, ALERT_NO_RENEGOTIATION])
-                                .await?;
+                            self.send_control(
+                                CONTENT_ALERT,
+                                &[ALERT_WARNING, ALERT_NO_RENEGOTIATION],
+                            )
+                            .await?;
                         }
                         _ => {
                             return Err(self
-                                .fatal(ALERT_UNEXPECTED_MESSAGE, "unexpected post-handshake message")
+                                .fatal(
+                                    ALERT_UNEXPECTED_MESSAGE,
+                                    "unexpected post-handshake message",
+                                )
                                 .await)
                         }
                     }
                 }
                 Ok(false)
             }
-            CONTENT_CHANGE_CIPHER_SPEC => {
-                Err(self.fatal(ALERT_UNEXPECTED_MESSAGE, "ChangeCipherSpec after the handshake").await)
-            }
-            _ => Err(self.fatal(ALERT_UNEXPECTED_MESSAGE, "unknown record type").await),
+            CONTENT_CHANGE_CIPHER_SPEC => Err(self
+                .fatal(
+                    ALERT_UNEXPECTED_MESSAGE,
+                    "ChangeCipherSpec after the handshake",
+                )
+                .await),
+            _ => Err(self
+                .fatal(ALERT_UNEXPECTED_MESSAGE, "unknown record type")
+                .await),
         }
     }
 
@@ -255,10 +292,9 @@ impl Transport for KtlsStream {
                 return Err(TransportError::RecordLimit);
             }
             self.sock.readable().await?;
-            let r = match self
-                .sock
-                .try_io(Interest::READABLE, || sys::recv_record(self.sock.as_fd(), buf))
-            {
+            let r = match self.sock.try_io(Interest::READABLE, || {
+                sys::recv_record(self.sock.as_fd(), buf)
+            }) {
                 Ok(r) => r,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) if e.raw_os_error() == Some(libc::EBADMSG) => {
@@ -313,7 +349,12 @@ impl Transport for KtlsStream {
         Ok(())
     }
 
-    async fn send_file(&mut self, file: &File, mut offset: u64, len: u64) -> Result<(), TransportError> {
+    async fn send_file(
+        &mut self,
+        file: &File,
+        mut offset: u64,
+        len: u64,
+    ) -> Result<(), TransportError> {
         let end = offset + len;
         while offset < end {
             // One sendfile call moves at most this much (nginx uses 2 MiB).

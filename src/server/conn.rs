@@ -24,7 +24,10 @@ pub(super) fn worker(
     mut stop: watch::Receiver<bool>,
     grace: Duration,
 ) {
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!("worker cannot start its runtime: {e}");
@@ -37,7 +40,12 @@ pub(super) fn worker(
         for l in listeners {
             match TcpListener::from_std(l) {
                 Ok(l) => {
-                    tokio::task::spawn_local(accept_loop(l, shared.clone(), stop.clone(), active.clone()));
+                    tokio::task::spawn_local(accept_loop(
+                        l,
+                        shared.clone(),
+                        stop.clone(),
+                        active.clone(),
+                    ));
                 }
                 Err(e) => tracing::error!("worker cannot use its listener: {e}"),
             }
@@ -122,12 +130,18 @@ async fn connection(mut sock: TcpStream, shared: &Shared, stop: watch::Receiver<
     let hs = match tokio::time::timeout(secs(t.handshake), handshake(&mut sock, conn)).await {
         Ok(Ok(hs)) => hs,
         Ok(Err(e)) => {
-            shared.metrics.handshakes_failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            shared
+                .metrics
+                .handshakes_failed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tracing::debug!("handshake failed: {e}");
             return;
         }
         Err(_) => {
-            shared.metrics.handshakes_failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            shared
+                .metrics
+                .handshakes_failed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             shared.metrics.error("handshake_timeout");
             return;
         }
@@ -165,7 +179,11 @@ async fn connection(mut sock: TcpStream, shared: &Shared, stop: watch::Receiver<
         return;
     }
     if ulp {
-        fallback = Some(if buffered { Fallback::Buffered } else { Fallback::Cipher });
+        fallback = Some(if buffered {
+            Fallback::Buffered
+        } else {
+            Fallback::Cipher
+        });
     }
     if let Some(f) = fallback {
         shared.metrics.fallback(f);
@@ -175,7 +193,12 @@ async fn connection(mut sock: TcpStream, shared: &Shared, stop: watch::Receiver<
 }
 
 /// Hand the record keys to the kernel: TX, then RX.
-fn into_kernel(sock: TcpStream, hs: Handshaken, rekey: bool, stall: Duration) -> Result<KtlsStream, TransportError> {
+fn into_kernel(
+    sock: TcpStream,
+    hs: Handshaken,
+    rekey: bool,
+    stall: Duration,
+) -> Result<KtlsStream, TransportError> {
     let (secrets, kconn) = hs.conn.dangerous_into_kernel_connection()?;
     let version = Version::from_rustls(kconn.protocol_version())
         .ok_or(TransportError::Protocol("version kTLS cannot carry"))?;

@@ -32,7 +32,11 @@ enum End {
     Abort(TransportError),
 }
 
-pub(super) async fn session<T: Transport>(mut t: T, shared: &Shared, mut stop: watch::Receiver<bool>) {
+pub(super) async fn session<T: Transport>(
+    mut t: T,
+    shared: &Shared,
+    mut stop: watch::Receiver<bool>,
+) {
     let end = serve(&mut t, shared, &mut stop).await;
     match end {
         End::Close => {
@@ -89,7 +93,11 @@ async fn serve<T: Transport>(t: &mut T, shared: &Shared, stop: &mut watch::Recei
             if *stop.borrow() {
                 return End::Close;
             }
-            let idle = if served == 0 { header_timeout } else { keepalive };
+            let idle = if served == 0 {
+                header_timeout
+            } else {
+                keepalive
+            };
             tokio::select! {
                 r = timeout(idle, t.readable()) => match r {
                     Err(_) => return End::Close,
@@ -139,7 +147,8 @@ async fn serve<T: Transport>(t: &mut T, shared: &Shared, stop: &mut watch::Recei
         buf.copy_within(head.head_len..filled, 0);
         filled -= head.head_len;
 
-        let mut keep_alive = head.keep_alive && served + 1 < cfg.limits.keepalive_requests && !*stop.borrow();
+        let mut keep_alive =
+            head.keep_alive && served + 1 < cfg.limits.keepalive_requests && !*stop.borrow();
         match head.body {
             Body::None => {}
             Body::Length(n) if n <= cfg.limits.body => {
@@ -226,7 +235,17 @@ async fn respond<T: Transport>(
     let is_head = req.method == Method::Head;
     let minor = req.minor;
     if req.method == Method::Other {
-        return send_page(t, shared, out, 405, minor, keep_alive, !is_head, &[("Allow", "GET, HEAD")]).await;
+        return send_page(
+            t,
+            shared,
+            out,
+            405,
+            minor,
+            keep_alive,
+            !is_head,
+            &[("Allow", "GET, HEAD")],
+        )
+        .await;
     }
     let norm = match path::normalize(&req.target) {
         Ok(p) => p,
@@ -244,7 +263,17 @@ async fn respond<T: Transport>(
             send_page(t, shared, out, e.status(), minor, ka, !is_head, &[]).await
         }
         Ok(Lookup::Redirect(url)) => {
-            send_page(t, shared, out, 301, minor, keep_alive, !is_head, &[("Location", &url)]).await
+            send_page(
+                t,
+                shared,
+                out,
+                301,
+                minor,
+                keep_alive,
+                !is_head,
+                &[("Location", &url)],
+            )
+            .await
         }
         Ok(Lookup::Listing(html)) => {
             shared.metrics.status(200);
@@ -277,7 +306,8 @@ async fn send_file<T: Transport>(
         Outcome::NotModified => {
             shared.metrics.status(304);
             let mut h = Head::new(out, 304, &date());
-            h.header("Last-Modified", &last_modified).header("ETag", &v.etag);
+            h.header("Last-Modified", &last_modified)
+                .header("ETag", &v.etag);
             h.finish(None, keep_alive, req.minor);
             return t.write_all(out, false).await;
         }
@@ -294,7 +324,17 @@ async fn send_file<T: Transport>(
         RangeResult::Partial { start, end } => (206, start, end - start + 1),
         RangeResult::Unsatisfiable => {
             let cr = format!("bytes */{}", f.size);
-            return send_page(t, shared, out, 416, req.minor, keep_alive, !is_head, &[("Content-Range", &cr)]).await;
+            return send_page(
+                t,
+                shared,
+                out,
+                416,
+                req.minor,
+                keep_alive,
+                !is_head,
+                &[("Content-Range", &cr)],
+            )
+            .await;
         }
     };
     shared.metrics.status(status);
@@ -304,7 +344,10 @@ async fn send_file<T: Transport>(
         .header("ETag", &v.etag)
         .header("Accept-Ranges", "bytes");
     if status == 206 {
-        h.header("Content-Range", &format!("bytes {start}-{}/{}", start + len - 1, f.size));
+        h.header(
+            "Content-Range",
+            &format!("bytes {start}-{}/{}", start + len - 1, f.size),
+        );
     }
     h.finish(Some(len), keep_alive, req.minor);
     let body = !is_head && len > 0;

@@ -49,9 +49,15 @@ pub enum ServeError {
 
 fn bind_hint(e: &std::io::Error) -> &'static str {
     match e.kind() {
-        std::io::ErrorKind::AddrInUse => " (another process uses this port: stop it or pick another with --listen)",
-        std::io::ErrorKind::PermissionDenied => " (ports below 1024 need root or CAP_NET_BIND_SERVICE: pick another with --listen)",
-        std::io::ErrorKind::AddrNotAvailable => " (this machine has no such address: check --listen)",
+        std::io::ErrorKind::AddrInUse => {
+            " (another process uses this port: stop it or pick another with --listen)"
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            " (ports below 1024 need root or CAP_NET_BIND_SERVICE: pick another with --listen)"
+        }
+        std::io::ErrorKind::AddrNotAvailable => {
+            " (this machine has no such address: check --listen)"
+        }
         _ => "",
     }
 }
@@ -71,8 +77,11 @@ fn listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
 
 /// Bind one listener per worker for each address (port 0: the first gets a
 /// port, the others share it).
-fn bind_all(cfg: &ServeConfig) -> Result<(Vec<Vec<std::net::TcpListener>>, Vec<SocketAddr>), ServeError> {
-    let mut per_worker: Vec<Vec<std::net::TcpListener>> = (0..cfg.workers).map(|_| Vec::new()).collect();
+fn bind_all(
+    cfg: &ServeConfig,
+) -> Result<(Vec<Vec<std::net::TcpListener>>, Vec<SocketAddr>), ServeError> {
+    let mut per_worker: Vec<Vec<std::net::TcpListener>> =
+        (0..cfg.workers).map(|_| Vec::new()).collect();
     let mut bound = Vec::new();
     for &want in &cfg.listen {
         let mut addr = want;
@@ -93,9 +102,16 @@ fn bind_all(cfg: &ServeConfig) -> Result<(Vec<Vec<std::net::TcpListener>>, Vec<S
 pub fn run(cfg: ServeConfig) -> Result<(), ServeError> {
     let id = cert::load(cfg.cert.as_deref(), cfg.key.as_deref())?;
     if id.created {
-        println!("made a self-signed certificate for localhost, 127.0.0.1, ::1: {}", id.cert_path.display());
+        println!(
+            "made a self-signed certificate for localhost, 127.0.0.1, ::1: {}",
+            id.cert_path.display()
+        );
     }
-    println!("certificate {} (SHA-256 {})", id.cert_path.display(), id.fingerprint());
+    println!(
+        "certificate {} (SHA-256 {})",
+        id.cert_path.display(),
+        id.fingerprint()
+    );
     let tls = crate::tls::server_config(id.chain, id.key, &Default::default())?;
     let root = DocRoot::open(&cfg.root, cfg.follow_symlinks_outside, cfg.autoindex)?;
     let ktls = match cfg.ktls {
@@ -150,7 +166,9 @@ pub fn run(cfg: ServeConfig) -> Result<(), ServeError> {
 }
 
 fn wait_for_signal() -> std::io::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate())?;

@@ -85,7 +85,9 @@ pub async fn handshake(
                 }
             }
             ConnectionState::WriteTraffic(_) => done = true,
-            ConnectionState::PeerClosed | ConnectionState::Closed => return Err(HandshakeError::Eof),
+            ConnectionState::PeerClosed | ConnectionState::Closed => {
+                return Err(HandshakeError::Eof)
+            }
             // 0-RTT is not enabled; anything else is a future rustls state.
             _ => return Err(TransportError::Protocol("unexpected handshake state").into()),
         }
@@ -110,7 +112,10 @@ pub async fn handshake(
     }
 }
 
-fn encode(enc: &mut rustls::unbuffered::EncodeTlsData<'_, rustls::server::ServerConnectionData>, out: &mut Vec<u8>) {
+fn encode(
+    enc: &mut rustls::unbuffered::EncodeTlsData<'_, rustls::server::ServerConnectionData>,
+    out: &mut Vec<u8>,
+) {
     let start = out.len();
     out.resize(start + 4096, 0);
     match enc.encode(&mut out[start..]) {
@@ -126,7 +131,11 @@ fn encode(enc: &mut rustls::unbuffered::EncodeTlsData<'_, rustls::server::Server
 
 /// After a handshake error rustls may have queued an alert: send it, best
 /// effort, without waiting on a slow peer.
-async fn flush_alert(sock: &mut TcpStream, conn: &mut UnbufferedServerConnection, out: &mut Vec<u8>) {
+async fn flush_alert(
+    sock: &mut TcpStream,
+    conn: &mut UnbufferedServerConnection,
+    out: &mut Vec<u8>,
+) {
     for _ in 0..4 {
         let UnbufferedStatus { state, .. } = conn.process_tls_records(&mut []);
         match state {
@@ -141,7 +150,11 @@ async fn flush_alert(sock: &mut TcpStream, conn: &mut UnbufferedServerConnection
 }
 
 /// Read until `buf[..used]` ends with one more complete record, never past it.
-async fn read_one_record(sock: &mut TcpStream, buf: &mut [u8], used: usize) -> Result<usize, HandshakeError> {
+async fn read_one_record(
+    sock: &mut TcpStream,
+    buf: &mut [u8],
+    used: usize,
+) -> Result<usize, HandshakeError> {
     let mut have = used;
     // Where the record we are completing starts: skip whole records first.
     let mut start = 0;

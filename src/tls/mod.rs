@@ -102,7 +102,11 @@ mod tests {
         let p = provider();
         assert_eq!(p.cipher_suites.len(), SUITES.len());
         for s in &p.cipher_suites {
-            assert!(crate::ktls::Cipher::from_suite(s.suite()).is_some(), "{:?}", s.suite());
+            assert!(
+                crate::ktls::Cipher::from_suite(s.suite()).is_some(),
+                "{:?}",
+                s.suite()
+            );
         }
     }
 }

@@ -75,8 +75,9 @@ impl UserTls {
     /// writing.
     fn step(&mut self, want: Want<'_>) -> Result<(), TransportError> {
         loop {
-            let UnbufferedStatus { discard, state } =
-                self.conn.process_tls_records(&mut self.inbuf[..self.in_len]);
+            let UnbufferedStatus { discard, state } = self
+                .conn
+                .process_tls_records(&mut self.inbuf[..self.in_len]);
             let mut finished = false;
             match state? {
                 ConnectionState::ReadTraffic(mut rt) => {
@@ -168,7 +169,9 @@ impl UserTls {
             self.inbuf.resize(MAX_RECORD, 0);
         }
         if self.in_len == self.inbuf.len() {
-            return Err(TransportError::Protocol("record larger than the protocol allows"));
+            return Err(TransportError::Protocol(
+                "record larger than the protocol allows",
+            ));
         }
         loop {
             self.sock.readable().await?;
@@ -236,7 +239,12 @@ impl Transport for UserTls {
         Ok(())
     }
 
-    async fn send_file(&mut self, file: &File, mut offset: u64, len: u64) -> Result<(), TransportError> {
+    async fn send_file(
+        &mut self,
+        file: &File,
+        mut offset: u64,
+        len: u64,
+    ) -> Result<(), TransportError> {
         let end = offset + len;
         let mut staging = std::mem::take(&mut self.file_buf);
         staging.resize(FILE_CHUNK, 0);

@@ -1,0 +1,390 @@
+//! Test harness for end-to-end runs: starts the real `tlsfront` binary on a
+//! fixture directory, drives real clients (curl, openssl s_client), and
+//! knows whether this kernel offloads TLS so tests can assert which data
+//! path was taken (`/proc/net/tls_stat` deltas and tlsfront's own counters).
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_tlsfront");
+
+/// File sizes every body test covers (record boundaries around 16 KiB).
+pub const SIZES: [usize; 7] = [0, 1, 16383, 16384, 16385, 1 << 20, 64 << 20];
+
+/// Deterministic pseudo-random bytes.
+pub fn content(size: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut v = Vec::with_capacity(size + 8);
+    while v.len() < size {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(size);
+    v
+}
+
+pub fn sha256(data: &[u8]) -> String {
+    aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The shared fixture tree: files of every size, a subdirectory with an
+/// index, one without, symlinks in and out, and a secret outside the root.
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+    pub root: PathBuf,
+    pub secret: PathBuf,
+}
+
+pub fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        // World-readable, for servers (nginx) that drop privileges.
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let root = dir.path().join("www");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::create_dir_all(root.join("noindex")).unwrap();
+        for (i, s) in SIZES.iter().enumerate() {
+            std::fs::write(root.join(format!("f{s}.bin")), content(*s, i as u64 + 1)).unwrap();
+        }
+        std::fs::write(root.join("index.html"), "<h1>tlsfront test root</h1>\n").unwrap();
+        std::fs::write(root.join("sub/index.html"), "<p>sub index</p>\n").unwrap();
+        std::fs::write(root.join("noindex/a.txt"), "a\n").unwrap();
+        std::fs::write(root.join("hello.txt"), "hello world\n").unwrap();
+        let secret = dir.path().join("secret.txt");
+        std::fs::write(&secret, "TOP-SECRET-OUTSIDE-ROOT\n").unwrap();
+        std::os::unix::fs::symlink(&secret, root.join("escape")).unwrap();
+        std::os::unix::fs::symlink("hello.txt", root.join("inside-link")).unwrap();
+        Fixture { dir, root, secret }
+    })
+}
+
+pub fn file_path(size: usize) -> PathBuf {
+    fixture().root.join(format!("f{size}.bin"))
+}
+
+/// Does this kernel offload every cipher? Decided once with `tlsfront
+/// check`. `TLSFRONT_EXPECT_KTLS=1` (the QEMU guest) makes it mandatory.
+pub fn ktls_expected() -> bool {
+    static K: OnceLock<bool> = OnceLock::new();
+    *K.get_or_init(|| {
+        let out = Command::new(BIN)
+            .arg("check")
+            .output()
+            .expect("run tlsfront check");
+        let all = out.status.code() == Some(0);
+        if std::env::var("TLSFRONT_EXPECT_KTLS").as_deref() == Ok("1") {
+            assert!(
+                all,
+                "TLSFRONT_EXPECT_KTLS=1 but tlsfront check says:\n{}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        all
+    })
+}
+
+/// Tests that read kernel-wide counters must not overlap.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static M: Mutex<()> = Mutex::new(());
+    M.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `/proc/net/tls_stat`, or empty when the kernel has none.
+pub fn tls_stat() -> HashMap<String, u64> {
+    let Ok(text) = std::fs::read_to_string("/proc/net/tls_stat") else {
+        return HashMap::new();
+    };
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            Some((it.next()?.to_string(), it.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Kernel TLS counters around a piece of work.
+pub struct StatDelta(HashMap<String, u64>);
+
+impl StatDelta {
+    pub fn start() -> Self {
+        StatDelta(tls_stat())
+    }
+
+    pub fn delta(&self, key: &str) -> u64 {
+        let now = tls_stat();
+        now.get(key).copied().unwrap_or(0) - self.0.get(key).copied().unwrap_or(0)
+    }
+
+    /// Where kTLS is expected: exactly `conns` sockets got TX and RX
+    /// offload and nothing failed to decrypt. Elsewhere: nothing offloaded.
+    pub fn assert_connections(&self, conns: u64) {
+        if ktls_expected() {
+            assert_eq!(
+                self.delta("TlsTxSw"),
+                conns,
+                "TlsTxSw delta (sockets with kernel TX)"
+            );
+            assert_eq!(
+                self.delta("TlsRxSw"),
+                conns,
+                "TlsRxSw delta (sockets with kernel RX)"
+            );
+        } else {
+            assert_eq!(self.delta("TlsTxSw"), 0);
+        }
+        assert_eq!(
+            self.delta("TlsDecryptError"),
+            0,
+            "TlsDecryptError must not grow"
+        );
+    }
+}
+
+/// A running `tlsfront serve`.
+pub struct Server {
+    child: Child,
+    pub port: u16,
+    pub data: tempfile::TempDir,
+    pub startup: Vec<String>,
+}
+
+impl Server {
+    /// Serve the fixture root with extra flags.
+    pub fn start(extra: &[&str]) -> Server {
+        Server::start_in(&fixture().root, extra)
+    }
+
+    pub fn start_in(root: &Path, extra: &[&str]) -> Server {
+        let data = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve").arg(root);
+        if !extra.contains(&"--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        cmd.args(extra)
+            .env("XDG_DATA_HOME", data.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().expect("start tlsfront");
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut startup = Vec::new();
+        let mut port = 0;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            let mut line = String::new();
+            if out.read_line(&mut line).unwrap_or(0) == 0 {
+                break;
+            }
+            let line = line.trim_end().to_string();
+            if let Some(rest) = line.split("https://").nth(1) {
+                if port == 0 {
+                    let hostport = rest.split('/').next().unwrap();
+                    port = hostport.rsplit(':').next().unwrap().parse().unwrap();
+                }
+            }
+            let done = line.starts_with("kTLS:");
+            startup.push(line);
+            if done {
+                break;
+            }
+        }
+        assert!(port != 0, "tlsfront did not start: {startup:?}");
+        // Keep draining stdout so the server never blocks on it; keep the
+        // text for `stop`.
+        let rest = std::sync::Arc::new(Mutex::new(String::new()));
+        let sink = rest.clone();
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            sink.lock().unwrap().push_str(&s);
+        });
+        REST.lock().unwrap().insert(port, rest);
+        Server {
+            child,
+            port,
+            data,
+            startup,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("https://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn ca(&self) -> PathBuf {
+        self.data.path().join("tlsfront/cert.pem")
+    }
+
+    /// curl with our CA and `args`.
+    pub fn curl(&self, args: &[&str]) -> Output {
+        let mut c = Command::new("curl");
+        c.arg("--cacert")
+            .arg(self.ca())
+            .args(["-sS", "--max-time", "120"])
+            .args(args);
+        c.output()
+            .expect("run curl (install it: apt-get install curl)")
+    }
+
+    /// SIGTERM; wait; return the exit status and the metrics report.
+    pub fn stop(mut self) -> (std::process::ExitStatus, String) {
+        let _ = rustix_kill(self.child.id());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("tlsfront did not exit within 30 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        let rest = REST.lock().unwrap().remove(&self.port);
+        let text = rest.map(|r| r.lock().unwrap().clone()).unwrap_or_default();
+        (status, text)
+    }
+
+    /// Stop, and check the metrics say every connection took the data path
+    /// this kernel should give it. Returns the report.
+    pub fn stop_and_check_path(self, min_conns: u64) -> String {
+        let (status, report) = self.stop();
+        assert!(status.success(), "tlsfront exited with {status}: {report}");
+        let line = report
+            .lines()
+            .find(|l| l.starts_with("connections:"))
+            .unwrap_or_else(|| panic!("no metrics report: {report}"));
+        let num = |key: &str| -> u64 {
+            line.split(key)
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|n| n.trim_end_matches(';').parse().ok())
+                .unwrap_or_else(|| panic!("bad report line {line}"))
+        };
+        let (ktls, user) = (num("ktls "), num("userspace "));
+        if ktls_expected() {
+            assert_eq!(user, 0, "connections fell back to user space: {report}");
+            assert!(ktls >= min_conns, "{report}");
+        } else {
+            assert_eq!(ktls, 0, "{report}");
+            assert!(user >= min_conns, "{report}");
+        }
+        report
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+static REST: Mutex<std::collections::BTreeMap<u16, std::sync::Arc<Mutex<String>>>> =
+    Mutex::new(std::collections::BTreeMap::new());
+
+fn rustix_kill(pid: u32) -> std::io::Result<()> {
+    let st = Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status()?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other("kill failed"))
+    }
+}
+
+/// One step of an `openssl s_client` conversation.
+pub enum Step<'a> {
+    Send(&'a [u8]),
+    Sleep(u64),
+}
+
+/// Run `openssl s_client` against `port` with `args`, feeding `steps` to
+/// its stdin, then closing stdin. Killed after `limit`. Returns (stdout,
+/// stderr, exited-by-itself).
+pub fn s_client(
+    port: u16,
+    args: &[&str],
+    steps: &[Step],
+    limit: Duration,
+) -> (String, String, bool) {
+    let mut child = Command::new("openssl")
+        .arg("s_client")
+        .arg("-connect")
+        .arg(format!("127.0.0.1:{port}"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run openssl (install it: apt-get install openssl)");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let o = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = out.read_to_end(&mut s);
+        s
+    });
+    let e = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = err.read_to_end(&mut s);
+        s
+    });
+    for step in steps {
+        match step {
+            Step::Send(b) => {
+                let _ = stdin.write_all(b);
+                let _ = stdin.flush();
+            }
+            Step::Sleep(ms) => std::thread::sleep(Duration::from_millis(*ms)),
+        }
+    }
+    drop(stdin);
+    let deadline = Instant::now() + limit;
+    let mut by_itself = true;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            by_itself = false;
+            let _ = child.kill();
+            let _ = child.wait();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = String::from_utf8_lossy(&o.join().unwrap()).into_owned();
+    let e = String::from_utf8_lossy(&e.join().unwrap()).into_owned();
+    (o, e, by_itself)
+}
+
+/// Status codes of the HTTP responses in a raw transcript, in order.
+pub fn statuses(transcript: &str) -> Vec<u16> {
+    transcript
+        .lines()
+        .filter_map(|l| l.strip_prefix("HTTP/1.1 "))
+        .filter_map(|r| r.get(..3)?.parse().ok())
+        .collect()
+}

@@ -1,0 +1,783 @@
+//! End-to-end tests of `tlsfront serve` with real clients: curl and
+//! `openssl s_client`. On a kernel with kTLS (the QEMU guest, or a host
+//! that has it) the same tests also prove that every connection went
+//! through the kernel (`/proc/net/tls_stat` deltas, tlsfront's counters).
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+const TLS13: [&str; 3] = [
+    "TLS_AES_128_GCM_SHA256",
+    "TLS_AES_256_GCM_SHA384",
+    "TLS_CHACHA20_POLY1305_SHA256",
+];
+const TLS12: [&str; 3] = [
+    "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "ECDHE-ECDSA-CHACHA20-POLY1305",
+];
+
+fn cipher_args(version: &str, cipher: &str) -> Vec<String> {
+    match version {
+        "1.3" => vec!["--tlsv1.3".into(), "--tls13-ciphers".into(), cipher.into()],
+        _ => vec![
+            "--tlsv1.2".into(),
+            "--tls-max".into(),
+            "1.2".into(),
+            "--ciphers".into(),
+            cipher.into(),
+        ],
+    }
+}
+
+/// Fetch every fixture size on ONE keep-alive connection and compare bodies.
+fn fetch_all_sizes(server: &Server, version: &str, cipher: &str, sizes: &[usize]) {
+    let out_dir = tempfile::tempdir().unwrap();
+    let mut args: Vec<String> = cipher_args(version, cipher);
+    args.extend(["-w".into(), "%{http_code} %{num_connects}\\n".into()]);
+    for s in sizes {
+        args.push(server.url(&format!("/f{s}.bin")));
+        args.push("-o".into());
+        args.push(out_dir.path().join(format!("{s}")).display().to_string());
+    }
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = server.curl(&argv);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "curl {version} {cipher}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = report.lines().collect();
+    assert_eq!(lines.len(), sizes.len(), "{report}");
+    for (i, l) in lines.iter().enumerate() {
+        let expect_connects = if i == 0 { "1" } else { "0" };
+        assert_eq!(
+            *l,
+            format!("200 {expect_connects}"),
+            "{version} {cipher}: {report}"
+        );
+    }
+    for s in sizes {
+        let got = std::fs::read(out_dir.path().join(format!("{s}"))).unwrap_or_default();
+        let want = std::fs::read(file_path(*s)).unwrap();
+        assert_eq!(got.len(), want.len(), "{version} {cipher} size {s}");
+        assert_eq!(
+            sha256(&got),
+            sha256(&want),
+            "{version} {cipher} size {s}: body differs"
+        );
+    }
+}
+
+#[test]
+fn bodies_match_for_every_version_and_cipher() {
+    let _g = serial();
+    let server = Server::start(&[]);
+    let small: Vec<usize> = SIZES.iter().copied().filter(|s| *s <= 1 << 20).collect();
+    let stat = StatDelta::start();
+    let mut conns = 0;
+    for c in TLS13 {
+        fetch_all_sizes(&server, "1.3", c, &small);
+        conns += 1;
+    }
+    for c in TLS12 {
+        fetch_all_sizes(&server, "1.2", c, &small);
+        conns += 1;
+    }
+    // The 64 MiB file once, AES-128-GCM over TLS 1.3 (the common case).
+    fetch_all_sizes(&server, "1.3", TLS13[0], &[64 << 20]);
+    conns += 1;
+    stat.assert_connections(conns);
+    server.stop_and_check_path(conns);
+}
+
+#[test]
+fn startup_line_states_the_ktls_outcome() {
+    let server = Server::start(&["--workers", "1"]);
+    let line = server
+        .startup
+        .iter()
+        .find(|l| l.starts_with("kTLS:"))
+        .unwrap()
+        .clone();
+    if ktls_expected() {
+        assert!(
+            line.starts_with(
+                "kTLS: on for TLS1.3 AES-128-GCM, AES-256-GCM, CHACHA20-POLY1305 (TX+RX)"
+            ),
+            "{line}"
+        );
+    } else {
+        assert!(
+            line.starts_with("kTLS: unavailable (") || line.starts_with("kTLS: on for"),
+            "{line}"
+        );
+        assert!(line.contains("user-space"), "{line}");
+    }
+    assert!(
+        server.startup.iter().any(|l| l.contains("SHA-256")),
+        "{:?}",
+        server.startup
+    );
+    let (status, report) = server.stop();
+    assert!(status.success());
+    assert!(report.contains("handshakes: full 0"), "{report}");
+}
+
+#[test]
+fn check_prints_the_matrix_with_fixes() {
+    let out = std::process::Command::new(BIN)
+        .arg("check")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for row in [
+        "TLS1.2 AES-128-GCM",
+        "TLS1.3 AES-256-GCM",
+        "TLS1.3 CHACHA20-POLY1305",
+        "kernel: Linux",
+    ] {
+        assert!(text.contains(row), "{text}");
+    }
+    if ktls_expected() {
+        assert_eq!(out.status.code(), Some(0), "{text}");
+        assert!(!text.contains(" no "), "{text}");
+        assert!(text.contains("tls ULP: yes"), "{text}");
+    } else {
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        assert!(text.contains("fix: "), "{text}");
+    }
+}
+
+#[test]
+fn require_refuses_to_start_without_ktls() {
+    if ktls_expected() {
+        let s = Server::start(&["--ktls", "require"]);
+        s.stop_and_check_path(0);
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--ktls", "require"])
+        .arg(&fixture().root)
+        .env("XDG_DATA_HOME", data.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--ktls require") && err.contains("tlsfront check"),
+        "{err}"
+    );
+}
+
+#[test]
+fn ktls_off_serves_in_user_space() {
+    let _g = serial();
+    let server = Server::start(&["--ktls", "off"]);
+    assert!(
+        server.startup.iter().any(|l| l.starts_with("kTLS: off")),
+        "{:?}",
+        server.startup
+    );
+    let stat = StatDelta::start();
+    let out = server.curl(&[
+        &server.url("/f16385.bin"),
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
+    assert_eq!(stat.delta("TlsTxSw"), 0);
+    let (_, report) = server.stop();
+    assert!(
+        report.contains("ktls 0 userspace 1") && report.contains("disabled 1"),
+        "{report}"
+    );
+}
+
+#[test]
+fn head_http10_and_connection_close() {
+    let server = Server::start(&[]);
+    let out = server.curl(&["-I", &server.url("/f16384.bin")]);
+    let h = String::from_utf8_lossy(&out.stdout).to_lowercase();
+    assert!(h.starts_with("http/1.1 200"), "{h}");
+    assert!(h.contains("content-length: 16384"), "{h}");
+    assert!(
+        h.contains("accept-ranges: bytes")
+            && h.contains("etag: \"")
+            && h.contains("last-modified: "),
+        "{h}"
+    );
+    assert!(
+        h.contains("content-type: application/octet-stream")
+            && h.contains("date: ")
+            && h.contains("server: tlsfront"),
+        "{h}"
+    );
+
+    let out = server.curl(&["--http1.0", "-i", &server.url("/hello.txt")]);
+    let r = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        r.contains("Connection: close") && r.ends_with("hello world\n"),
+        "{r}"
+    );
+
+    let out = server.curl(&["-i", "-H", "Connection: close", &server.url("/hello.txt")]);
+    let r = String::from_utf8_lossy(&out.stdout);
+    assert!(r.contains("Connection: close"), "{r}");
+    let out = server.curl(&[
+        "-i",
+        "-H",
+        "Connection: keep-alive",
+        "--http1.0",
+        &server.url("/hello.txt"),
+    ]);
+    let r = String::from_utf8_lossy(&out.stdout);
+    assert!(r.contains("Connection: keep-alive"), "{r}");
+    server.stop_and_check_path(4);
+}
+
+#[test]
+fn content_types_from_extensions() {
+    let server = Server::start(&[]);
+    for (path, ct) in [
+        ("/hello.txt", "text/plain; charset=utf-8"),
+        ("/", "text/html; charset=utf-8"),
+    ] {
+        let out = server.curl(&[
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{content_type}",
+            &server.url(path),
+        ]);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), ct);
+    }
+}
+
+#[test]
+fn ranges() {
+    let server = Server::start(&[]);
+    let data = std::fs::read(file_path(16385)).unwrap();
+    let url = server.url("/f16385.bin");
+    for (spec, lo, hi) in [
+        ("0-0", 0, 0),
+        ("100-", 100, 16384),
+        ("-10", 16375, 16384),
+        ("16000-99999", 16000, 16384),
+    ] {
+        let out = server.curl(&["-r", spec, "-D", "-", "-o", "/dev/stderr", &url]);
+        let head = String::from_utf8_lossy(&out.stdout);
+        assert!(head.starts_with("HTTP/1.1 206"), "{spec}: {head}");
+        assert!(
+            head.contains(&format!("Content-Range: bytes {lo}-{hi}/16385")),
+            "{spec}: {head}"
+        );
+        assert_eq!(out.stderr, data[lo..=hi], "{spec}");
+    }
+    let out = server.curl(&["-r", "16385-", "-D", "-", "-o", "/dev/null", &url]);
+    let head = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        head.starts_with("HTTP/1.1 416") && head.contains("Content-Range: bytes */16385"),
+        "{head}"
+    );
+    // Several ranges: the whole body (allowed by RFC 9110).
+    let out = server.curl(&[
+        "-r",
+        "0-1,5-6",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code} %{size_download}",
+        &url,
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200 16385");
+    server.stop_and_check_path(6);
+}
+
+#[test]
+fn conditional_requests() {
+    let server = Server::start(&[]);
+    let url = server.url("/hello.txt");
+    let out = server.curl(&["-I", &url]);
+    let head = String::from_utf8_lossy(&out.stdout).to_string();
+    let field = |name: &str| {
+        head.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let etag = field("ETag");
+    let lm = field("Last-Modified");
+    let code = |extra: &[&str]| {
+        let mut a = vec!["-o", "/dev/null", "-w", "%{http_code}"];
+        a.extend_from_slice(extra);
+        a.push(&url);
+        String::from_utf8_lossy(&server.curl(&a).stdout).to_string()
+    };
+    assert_eq!(code(&["-H", &format!("If-None-Match: {etag}")]), "304");
+    assert_eq!(
+        code(&["-H", &format!("If-None-Match: \"other\", {etag}")]),
+        "304"
+    );
+    assert_eq!(code(&["-H", "If-None-Match: \"other\""]), "200");
+    assert_eq!(code(&["-H", &format!("If-Modified-Since: {lm}")]), "304");
+    assert_eq!(
+        code(&["-H", "If-Modified-Since: Thu, 01 Jan 1970 00:00:01 GMT"]),
+        "200"
+    );
+    assert_eq!(code(&["-H", "If-Match: \"nope\""]), "412");
+    assert_eq!(code(&["-H", &format!("If-Match: {etag}")]), "200");
+    assert_eq!(
+        code(&["-r", "0-1", "-H", &format!("If-Range: {etag}")]),
+        "206"
+    );
+    assert_eq!(code(&["-r", "0-1", "-H", "If-Range: \"stale\""]), "200");
+}
+
+#[test]
+fn directories_and_index() {
+    let server = Server::start(&[]);
+    let out = server.curl(&["-D", "-", "-o", "/dev/null", &server.url("/sub")]);
+    let head = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        head.starts_with("HTTP/1.1 301") && head.contains("Location: /sub/"),
+        "{head}"
+    );
+    let out = server.curl(&[&server.url("/sub/")]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "<p>sub index</p>\n");
+    let out = server.curl(&[
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        &server.url("/noindex/"),
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "403");
+    let out = server.curl(&[
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        &server.url("/missing"),
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "404");
+    let out = server.curl(&[
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        &server.url("/inside-link"),
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
+    drop(server);
+    let server = Server::start(&["--autoindex"]);
+    let out = server.curl(&[&server.url("/noindex/")]);
+    let body = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        body.contains("Index of /noindex/")
+            && body.contains("<a href=\"/noindex/a.txt\">a.txt</a>"),
+        "{body}"
+    );
+}
+
+#[test]
+fn nothing_outside_the_root_is_served() {
+    let server = Server::start(&[]);
+    for (path, want) in [
+        ("/../secret.txt", "400"),
+        ("/%2e%2e/secret.txt", "400"),
+        ("/sub/%2E%2E/%2e%2e/secret.txt", "400"),
+        ("/..%2fsecret.txt", "400"),
+        ("/..%5csecret.txt", "400"),
+        ("/hello.txt%00.html", "400"),
+        ("/escape", "403"),
+        ("/%", "400"),
+    ] {
+        let out = server.curl(&[
+            "--path-as-is",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+            &server.url(path),
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.ends_with(want), "{path}: {text}");
+        assert!(!text.contains("TOP-SECRET"), "{path} leaked the secret");
+    }
+    drop(server);
+    let server = Server::start(&["--follow-symlinks-outside"]);
+    let out = server.curl(&[&server.url("/escape")]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "TOP-SECRET-OUTSIDE-ROOT\n"
+    );
+}
+
+#[test]
+fn malformed_requests_get_the_right_status() {
+    let server = Server::start(&[]);
+    let long_uri = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(9000));
+    let big_header = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "b".repeat(17000)
+    );
+    let many = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\n{}\r\n",
+        "X-A: b\r\n".repeat(101)
+    );
+    let cases: Vec<(String, u16)> = vec![
+        ("GARBAGE\r\n\r\n".into(), 400),
+        ("GET / HTTP/1.1\r\n\r\n".into(), 400),
+        (
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".into(),
+            405,
+        ),
+        ("GET / HTTP/2.0\r\nHost: x\r\n\r\n".into(), 505),
+        (
+            "GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n\r\n".into(),
+            413,
+        ),
+        (
+            "GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                .into(),
+            400,
+        ),
+        (long_uri, 414),
+        (big_header, 431),
+        (many, 431),
+    ];
+    for (req, want) in cases {
+        let (out, err, _) = s_client(
+            server.port,
+            &["-quiet"],
+            &[Step::Send(req.as_bytes()), Step::Sleep(300)],
+            Duration::from_secs(10),
+        );
+        assert_eq!(
+            statuses(&out).first().copied(),
+            Some(want),
+            "request {:?}: {out} {err}",
+            &req[..req.len().min(60)]
+        );
+        if want != 405 {
+            assert!(out.contains("Connection: close"), "{want}: {out}");
+        } else {
+            assert!(out.contains("Allow: GET, HEAD"), "{out}");
+        }
+    }
+}
+
+#[test]
+fn pipelined_requests_and_bodies_are_answered_in_order() {
+    let server = Server::start(&[]);
+    let reqs = b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\nHEAD /f1.bin HTTP/1.1\r\nHost: x\r\n\r\nGET /missing HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nabcdeGET /hello.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let (out, _, by_itself) = s_client(
+        server.port,
+        &["-quiet"],
+        &[Step::Send(reqs), Step::Sleep(500)],
+        Duration::from_secs(10),
+    );
+    assert_eq!(statuses(&out), vec![200, 200, 404, 200], "{out}");
+    assert_eq!(out.matches("hello world").count(), 2, "{out}");
+    assert!(by_itself, "server should close after Connection: close");
+}
+
+#[test]
+fn timeouts_close_idle_and_slow_connections() {
+    let server = Server::start(&["--header-timeout", "1", "--keepalive-timeout", "1"]);
+    // A request head that never completes: 408, then close.
+    let started = std::time::Instant::now();
+    let (out, _, by_itself) = s_client(
+        server.port,
+        &["-quiet"],
+        &[
+            Step::Send(b"GET / HTTP/1.1\r\nHost: x\r\n"),
+            Step::Sleep(2500),
+        ],
+        Duration::from_secs(10),
+    );
+    assert_eq!(statuses(&out), vec![408], "{out}");
+    assert!(by_itself);
+    // An idle keep-alive connection: closed after the keep-alive timeout.
+    let (out, _, by_itself) = s_client(
+        server.port,
+        &["-quiet"],
+        &[
+            Step::Send(b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Step::Sleep(2500),
+        ],
+        Duration::from_secs(10),
+    );
+    assert_eq!(statuses(&out), vec![200], "{out}");
+    assert!(by_itself, "idle connection was not closed");
+    assert!(started.elapsed() < Duration::from_secs(15));
+}
+
+#[test]
+fn client_abort_and_file_truncation_cost_only_that_connection() {
+    let root = tempfile::tempdir().unwrap();
+    let big = root.path().join("big.bin");
+    std::fs::write(&big, content(32 << 20, 9)).unwrap();
+    std::fs::write(root.path().join("small.txt"), "still here\n").unwrap();
+    let server = Server::start_in(root.path(), &["--send-timeout", "5"]);
+
+    // A client that goes away mid-file.
+    let out = server.curl(&[
+        "--limit-rate",
+        "1M",
+        "--max-time",
+        "1",
+        "-o",
+        "/dev/null",
+        &server.url("/big.bin"),
+    ]);
+    assert!(!out.status.success());
+
+    // The file shrinks while being sent: the connection is aborted, the
+    // client sees a short body (never padding, never a hang).
+    let url = server.url("/big.bin");
+    let ca = server.ca();
+    let child = std::process::Command::new("curl")
+        .arg("--cacert")
+        .arg(&ca)
+        .args([
+            "-sS",
+            "--limit-rate",
+            "4M",
+            "--max-time",
+            "60",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{size_download}",
+            &url,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&big)
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    let started = std::time::Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "client hung after truncation"
+    );
+    assert!(
+        !out.status.success(),
+        "a truncated file must not look complete"
+    );
+    let got: u64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    assert!(got < 32 << 20, "got {got} bytes");
+
+    let out = server.curl(&[&server.url("/small.txt")]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "still here\n");
+    let (status, report) = server.stop();
+    assert!(status.success());
+    assert!(report.contains("file_shrank 1"), "{report}");
+}
+
+#[test]
+fn ipv6_listener() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("no IPv6 loopback here; skipping");
+        return;
+    }
+    let server = Server::start(&["--listen", "[::1]:0"]);
+    let url = format!("https://[::1]:{}/hello.txt", server.port);
+    let out = server.curl(&["-g", &url]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello world\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn sessions_resume_across_workers() {
+    let server = Server::start(&["--workers", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let sess = dir.path().join("sess.pem");
+    let ca = server.ca().display().to_string();
+    let sess_s = sess.display().to_string();
+    for tls in ["-tls1_3", "-tls1_2"] {
+        let (out, err, _) = s_client(
+            server.port,
+            &[tls, "-CAfile", &ca, "-sess_out", &sess_s],
+            &[Step::Sleep(300)],
+            Duration::from_secs(10),
+        );
+        assert!(out.contains("Verify return code: 0"), "{out}{err}");
+        let mut reused = 0;
+        for _ in 0..6 {
+            let (out, _, _) = s_client(
+                server.port,
+                &[tls, "-CAfile", &ca, "-sess_in", &sess_s],
+                &[Step::Sleep(200)],
+                Duration::from_secs(10),
+            );
+            if out.contains("Reused, TLS") {
+                reused += 1;
+            }
+        }
+        assert_eq!(reused, 6, "{tls}: every reconnect should resume");
+    }
+    let (_, report) = server.stop();
+    assert!(report.contains("resumed 12"), "{report}");
+}
+
+#[test]
+fn key_update_from_the_client() {
+    let _g = serial();
+    let server = Server::start(&[]);
+    let stat = StatDelta::start();
+    let (out, err, by_itself) = s_client(
+        server.port,
+        &[
+            "-tls1_3",
+            "-crlf",
+            "-CAfile",
+            &server.ca().display().to_string(),
+        ],
+        &[
+            Step::Send(b"GET /hello.txt HTTP/1.1\nHost: x\n\n"),
+            Step::Sleep(500),
+            Step::Send(b"k\n"),
+            Step::Sleep(500),
+            Step::Send(b"GET /hello.txt HTTP/1.1\nHost: x\nConnection: close\n\n"),
+            Step::Sleep(1000),
+        ],
+        Duration::from_secs(10),
+    );
+    assert!(
+        err.contains("KEYUPDATE"),
+        "s_client did not send a KeyUpdate: {err}"
+    );
+    let rekey = std::process::Command::new(BIN)
+        .arg("check")
+        .output()
+        .unwrap();
+    let rekey = String::from_utf8_lossy(&rekey.stdout).contains("rekey (KeyUpdate):    yes");
+    if ktls_expected() && !rekey {
+        // Kernel < 6.14: the connection ends cleanly after the KeyUpdate;
+        // nothing is read under a key the kernel does not have.
+        assert_eq!(statuses(&out), vec![200], "{out}");
+        assert!(by_itself, "connection should have been closed");
+        assert_eq!(stat.delta("TlsDecryptError"), 0);
+        let (_, report) = server.stop();
+        assert!(report.contains("keyupdate_unsupported 1"), "{report}");
+    } else {
+        // User space (rustls) or a kernel that rekeys: the connection goes on.
+        assert_eq!(statuses(&out), vec![200, 200], "{out}\n{err}");
+        assert_eq!(stat.delta("TlsDecryptError"), 0);
+    }
+}
+
+#[test]
+fn sigterm_finishes_and_reports() {
+    let server = Server::start(&[]);
+    let out = server.curl(&[&server.url("/hello.txt")]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello world\n");
+    let (status, report) = server.stop();
+    assert!(status.success());
+    assert!(report.contains("responses: 200 1"), "{report}");
+    assert!(report.contains("handshakes: full 1"), "{report}");
+}
+
+#[test]
+fn bad_certificate_files_are_named_in_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let bogus = dir.path().join("bogus.pem");
+    std::fs::write(&bogus, "not a pem\n").unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--cert"])
+        .arg(&bogus)
+        .arg("--key")
+        .arg(&bogus)
+        .arg(&fixture().root)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bogus.pem") && err.contains("--cert"), "{err}");
+    let out = std::process::Command::new(BIN)
+        .args(["serve", "/nonexistent/dir", "--listen", "127.0.0.1:0"])
+        .env("XDG_DATA_HOME", dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("/nonexistent/dir"),
+        "{err}"
+    );
+}
+
+#[test]
+fn rsa_certificate_with_chain_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, k) = (dir.path().join("rsa.pem"), dir.path().join("rsa.key"));
+    let st = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+        ])
+        .arg(&k)
+        .arg("-out")
+        .arg(&c)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let server = Server::start(&["--cert", c.to_str().unwrap(), "--key", k.to_str().unwrap()]);
+    let out = std::process::Command::new("curl")
+        .arg("--cacert")
+        .arg(&c)
+        .args([
+            "-sS",
+            "--tlsv1.2",
+            "--tls-max",
+            "1.2",
+            "--ciphers",
+            "ECDHE-RSA-AES128-GCM-SHA256",
+        ])
+        .arg(server.url("/hello.txt"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello world\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
