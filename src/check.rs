@@ -16,7 +16,7 @@ pub fn report(s: &Support) -> (String, bool) {
             let _ = writeln!(out, "tls ULP: no - {e}");
         }
     }
-    let _ = writeln!(out, "{:<28} {:<4} {:<4}", "offload", "TX", "RX");
+    let _ = writeln!(out, "{:<28} {:<4} RX", "offload", "TX");
     let mut fixes = Vec::new();
     let mut all = true;
     for v in Version::ALL {
@@ -24,7 +24,7 @@ pub fn report(s: &Support) -> (String, bool) {
             let yn = |d| if s.cell(v, c, d).is_ok() { "yes" } else { "no" };
             let _ = writeln!(
                 out,
-                "{:<28} {:<4} {:<4}",
+                "{:<28} {:<4} {}",
                 format!("{v} {c}"),
                 yn(Direction::Tx),
                 yn(Direction::Rx)

@@ -124,6 +124,8 @@ pub struct StatDelta(HashMap<String, u64>);
 
 impl StatDelta {
     pub fn start() -> Self {
+        // Decide (and probe, which opens kTLS sockets) before measuring.
+        ktls_expected();
         StatDelta(tls_stat())
     }
 

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# tests/guest/suite.sh — runs INSIDE the kTLS guest (tests/guest/run.sh):
+# the nginx + OpenSSL reference first (proves this kernel does kTLS for a
+# known-good peer), then tlsfront's end-to-end suite with kTLS required:
+# every connection must be offloaded (TX and RX), bodies must match, and
+# /proc/net/tls_stat must show no decrypt errors.
+# Usage: tests/guest/suite.sh SERVE_TEST_BINARY [TEST-FILTER...]
+set -euo pipefail
+serve_bin=${1:?usage: suite.sh SERVE_TEST_BINARY}
+shift
+cd "$(dirname "$0")/../.."
+
+echo "== guest kernel $(uname -r)"
+cat /proc/net/tls_stat
+target/debug/tlsfront check || true
+
+echo "== reference: nginx + OpenSSL with Options KTLS"
+tests/guest/nginx-reference.sh
+
+echo "== tlsfront end-to-end suite with kTLS required"
+TLSFRONT_EXPECT_KTLS=1 "$serve_bin" --test-threads=1 "$@"
+echo "== /proc/net/tls_stat after the suite"
+cat /proc/net/tls_stat

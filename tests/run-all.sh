@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# tests/run-all.sh — every test tlsfront has, as CI runs them; the test
+# command of README.md. Installs what the tests need (Debian packages),
+# then: format and lint, unit and end-to-end tests on this kernel, and the
+# same end-to-end suite inside a QEMU guest whose kernel has kTLS, beside
+# the nginx reference. TLSFRONT_SKIP_GUEST=1 skips the guest stage.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==== %s ====\n' "$*"; }
+
+need=(curl openssl nginx qemu-system-x86 busybox-static cpio kmod xz-utils)
+missing=()
+for p in "${need[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  step "installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1 || {
+    apt-get update -qq
+    apt-get install -y -qq "${missing[@]}"
+  }
+fi
+
+step "format and lint"
+cargo fmt --all -- --check
+cargo clippy --all-targets --locked -- -D warnings
+
+step "unit and end-to-end tests on this kernel ($(uname -r))"
+cargo test --locked
+
+if [[ ${TLSFRONT_SKIP_GUEST:-0} == 1 ]]; then
+  echo "TLSFRONT_SKIP_GUEST=1: kTLS guest stage skipped"
+  exit 0
+fi
+
+step "end-to-end tests inside a kTLS guest (Debian's kernel under QEMU)"
+serve_bin=$(cargo test --locked --test serve --no-run --message-format=json 2>/dev/null |
+  python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "serve":
+        print(m["executable"])')
+[[ -x $serve_bin ]] || { echo "could not find the serve test binary" >&2; exit 1; }
+tests/guest/run.sh --timeout 3000 -- tests/guest/suite.sh "$serve_bin"
