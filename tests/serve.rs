@@ -77,21 +77,24 @@ fn bodies_match_for_every_version_and_cipher() {
     let _g = serial();
     let server = Server::start(&[]);
     let small: Vec<usize> = SIZES.iter().copied().filter(|s| *s <= 1 << 20).collect();
-    let stat = StatDelta::start();
-    let mut conns = 0;
+    let mut cases: Vec<(&str, &str, Vec<usize>)> = Vec::new();
     for c in TLS13 {
-        fetch_all_sizes(&server, "1.3", c, &small);
-        conns += 1;
+        cases.push(("1.3", c, small.clone()));
     }
     for c in TLS12 {
-        fetch_all_sizes(&server, "1.2", c, &small);
-        conns += 1;
+        cases.push(("1.2", c, small.clone()));
     }
     // The 64 MiB file once, AES-128-GCM over TLS 1.3 (the common case).
-    fetch_all_sizes(&server, "1.3", TLS13[0], &[64 << 20]);
-    conns += 1;
-    stat.assert_connections(conns);
-    server.stop_and_check_path(conns);
+    cases.push(("1.3", TLS13[0], vec![64 << 20]));
+    for (version, cipher, sizes) in &cases {
+        // Per version and cipher: one keep-alive connection, offloaded both
+        // ways where the kernel has kTLS (its later requests were decrypted
+        // by the kernel), nothing failing to decrypt.
+        let stat = StatDelta::start();
+        fetch_all_sizes(&server, version, cipher, sizes);
+        stat.assert_connections(1);
+    }
+    server.stop_and_check_path(cases.len() as u64);
 }
 
 #[test]
@@ -801,4 +804,53 @@ fn rsa_certificate_with_chain_files() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn open_connections_are_counted_by_the_kernel_while_held() {
+    let _g = serial();
+    let server = Server::start(&[]);
+    let port = server.port;
+    let ca = server.ca().display().to_string();
+    let base = tls_stat();
+    let cur = |k: &str| tls_stat().get(k).copied().unwrap_or(0) - base.get(k).copied().unwrap_or(0);
+    // Hold one TLS 1.3 AES-256-GCM connection open, with one request done.
+    let holder = std::thread::spawn(move || {
+        s_client(
+            port,
+            &[
+                "-tls1_3",
+                "-ciphersuites",
+                "TLS_AES_256_GCM_SHA384",
+                "-CAfile",
+                &ca,
+                "-crlf",
+            ],
+            &[
+                Step::Send(b"GET /hello.txt HTTP/1.1\nHost: x\n\n"),
+                Step::Sleep(5000),
+            ],
+            Duration::from_secs(30),
+        )
+    });
+    let want = if ktls_expected() { 1 } else { 0 };
+    let deadline = std::time::Instant::now() + Duration::from_secs(4);
+    while cur("TlsCurrTxSw") < want && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Offloaded both ways while open (two sockets per side would be 2).
+    assert_eq!(cur("TlsCurrTxSw"), want);
+    assert_eq!(cur("TlsCurrRxSw"), want);
+    let (out, _, _) = holder.join().unwrap();
+    assert!(
+        out.contains("TLS_AES_256_GCM_SHA384") && out.contains("hello world"),
+        "{out}"
+    );
+    // Closed: the kernel's count of open kTLS sockets drops back.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while cur("TlsCurrTxSw") > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(cur("TlsCurrTxSw"), 0);
+    server.stop_and_check_path(1);
 }
