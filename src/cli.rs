@@ -21,6 +21,8 @@ pub struct Cli {
 pub enum Command {
     /// Serve a directory over HTTPS (HTTP/1.1).
     Serve(Box<ServeArgs>),
+    /// Terminate TLS for a plain-TCP backend (like hitch or stud).
+    Proxy(Box<crate::proxy::ProxyArgs>),
     /// Show what this kernel's TLS offload can do, and how to fix each "no".
     Check,
 }

@@ -6,7 +6,8 @@
 //! The parts: [`tls`] (rustls configuration, handshake, user-space path),
 //! [`ktls`] (the kernel handoff and kTLS sockets), [`http`] (requests and
 //! responses), [`files`] (the document root), [`server`] (workers and
-//! connections), [`config`], [`metrics`].
+//! connections), [`proxy`] (TLS termination for TCP backends),
+//! [`config`], [`metrics`].
 
 pub mod check;
 pub mod cli;
@@ -15,6 +16,7 @@ pub mod files;
 pub mod http;
 pub mod ktls;
 pub mod metrics;
+pub mod proxy;
 pub mod server;
 pub mod tls;
 pub mod transport;

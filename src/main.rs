@@ -19,7 +19,20 @@ fn main() -> ExitCode {
             let result = args
                 .resolve()
                 .map_err(|e| e.to_string())
-                .and_then(|cfg| tlsfront::server::run(cfg).map_err(|e| e.to_string()));
+                .and_then(|cfg| tlsfront::http::session::run(cfg).map_err(|e| e.to_string()));
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("tlsfront: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Proxy(args) => {
+            let result = args
+                .resolve()
+                .map_err(|e| e.to_string())
+                .and_then(|cfg| tlsfront::proxy::run(cfg).map_err(|e| e.to_string()));
             match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

@@ -46,6 +46,7 @@ impl Fallback {
 pub struct Metrics {
     connections: [AtomicU64; 2],
     bytes: [AtomicU64; 2],
+    bytes_in: [AtomicU64; 2],
     fallback: [AtomicU64; 5],
     pub handshakes_full: AtomicU64,
     pub handshakes_resumed: AtomicU64,
@@ -59,6 +60,7 @@ impl Default for Metrics {
         Metrics {
             connections: Default::default(),
             bytes: Default::default(),
+            bytes_in: Default::default(),
             fallback: Default::default(),
             handshakes_full: AtomicU64::new(0),
             handshakes_resumed: AtomicU64::new(0),
@@ -83,6 +85,11 @@ impl Metrics {
 
     pub fn bytes(&self, p: Path, n: u64) {
         self.bytes[idx(p)].fetch_add(n, Relaxed);
+    }
+
+    /// Application bytes received from clients (the proxy).
+    pub fn bytes_in(&self, p: Path, n: u64) {
+        self.bytes_in[idx(p)].fetch_add(n, Relaxed);
     }
 
     pub fn fallback(&self, f: Fallback) {
@@ -111,11 +118,13 @@ impl Metrics {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "connections: ktls {} userspace {}; bytes out: ktls {} userspace {}",
+            "connections: ktls {} userspace {}; bytes out: ktls {} userspace {}; bytes in: ktls {} userspace {}",
             self.connections[0].load(Relaxed),
             self.connections[1].load(Relaxed),
             self.bytes[0].load(Relaxed),
             self.bytes[1].load(Relaxed),
+            self.bytes_in[0].load(Relaxed),
+            self.bytes_in[1].load(Relaxed),
         );
         let fb: Vec<String> = Fallback::ALL
             .iter()

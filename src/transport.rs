@@ -6,6 +6,7 @@
 use std::fs::File;
 use std::io;
 use std::time::Duration;
+use tokio::time::{timeout_at, Instant};
 
 /// Which data path a connection took.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,4 +91,23 @@ pub(crate) trait Transport {
     fn release_buffers(&mut self);
 
     fn path(&self) -> Path;
+}
+
+/// Close with close_notify, then read and discard what the peer still
+/// sends for up to `linger` (at most 1 MiB), so that data it had already
+/// sent does not turn our close into a reset that could destroy the
+/// close_notify before the peer reads it.
+pub(crate) async fn close_and_linger<T: Transport>(t: &mut T, linger: Duration) {
+    if t.close().await.is_err() {
+        return;
+    }
+    let mut scratch = [0u8; 4096];
+    let deadline = Instant::now() + linger;
+    let mut budget = 1usize << 20;
+    while budget > 0 {
+        match timeout_at(deadline, t.read(&mut scratch)).await {
+            Ok(Ok(n)) if n > 0 => budget = budget.saturating_sub(n),
+            _ => break,
+        }
+    }
 }

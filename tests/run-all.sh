@@ -36,11 +36,12 @@ if [[ ${TLSFRONT_SKIP_GUEST:-0} == 1 ]]; then
 fi
 
 step "end-to-end tests inside a kTLS guest (Debian's kernel under QEMU)"
-serve_bin=$(cargo test --locked --test serve --no-run --message-format=json 2>/dev/null |
+bins=$(cargo test --locked --test serve --test proxy --no-run --message-format=json 2>/dev/null |
   python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "serve":
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["executable"])')
-[[ -x $serve_bin ]] || { echo "could not find the serve test binary" >&2; exit 1; }
-tests/guest/run.sh --timeout 3000 -- tests/guest/suite.sh "$serve_bin"
+[[ -n $bins ]] || { echo "could not find the end-to-end test binaries" >&2; exit 1; }
+# shellcheck disable=SC2086  # one path per word
+tests/guest/run.sh --timeout 3000 -- tests/guest/suite.sh $bins

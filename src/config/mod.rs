@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Whether to hand record keys to the kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum KtlsMode {
     /// Use kTLS where the kernel takes the negotiated cipher; user-space TLS otherwise.
+    #[default]
     Auto,
     /// Never use kTLS.
     Off,

@@ -278,43 +278,90 @@ impl KtlsStream {
     }
 }
 
+/// What one non-blocking receive on a kTLS socket gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recv {
+    /// Application data, this many bytes.
+    Data(usize),
+    /// The peer closed its side (close_notify, or a FIN).
+    Closed,
+    /// A control record was handled (KeyUpdate, a warning alert).
+    Control,
+    /// Nothing to read now.
+    WouldBlock,
+}
+
+impl KtlsStream {
+    /// Receive once without waiting: application data into `buf`, or handle
+    /// one control record. The proxy's splice loop calls this when
+    /// `splice()` refuses a control record.
+    pub async fn recv_once(&mut self, buf: &mut [u8]) -> Result<Recv, TransportError> {
+        if self.peer_closed {
+            return Ok(Recv::Closed);
+        }
+        if self.rx_records >= self.limit {
+            return Err(TransportError::RecordLimit);
+        }
+        let r = match self.sock.try_io(Interest::READABLE, || {
+            sys::recv_record(self.sock.as_fd(), buf)
+        }) {
+            Ok(r) => r,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Recv::WouldBlock),
+            Err(e) if e.raw_os_error() == Some(libc::EBADMSG) => {
+                return Err(TransportError::Protocol("record failed to decrypt"))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if r.record_type == sys::RECORD_APPLICATION_DATA {
+            if r.len == 0 {
+                self.peer_closed = true;
+                return Ok(Recv::Closed);
+            }
+            self.rx_records += records_for(r.len as u64);
+            return Ok(Recv::Data(r.len));
+        }
+        self.rx_records += 1;
+        let msg = self.read_control(&buf[..r.len], r.end_of_record).await?;
+        if self.handle_control(r.record_type, &msg).await? {
+            self.peer_closed = true;
+            return Ok(Recv::Closed);
+        }
+        Ok(Recv::Control)
+    }
+
+    /// Before writing `bytes` by other means (splice): make room under the
+    /// record limit, rekeying if the kernel allows.
+    pub async fn reserve_for(&mut self, bytes: u64) -> Result<(), TransportError> {
+        self.reserve_tx(records_for(bytes) + 1).await
+    }
+
+    /// After writing `bytes` by other means (splice).
+    pub fn count_sent(&mut self, bytes: u64) {
+        self.tx_records += records_for(bytes) + 1;
+    }
+
+    /// The application data received so far, in records (for counting
+    /// spliced input against the limit).
+    pub fn count_received(&mut self, bytes: u64) {
+        self.rx_records += records_for(bytes);
+    }
+}
+
 fn records_for(bytes: u64) -> u64 {
     bytes.div_ceil(MAX_FRAGMENT).max(1)
 }
 
 impl Transport for KtlsStream {
     async fn read(&mut self, buf: &mut [u8]) -> Result<usize, TransportError> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
         loop {
-            if self.peer_closed || buf.is_empty() {
-                return Ok(0);
-            }
-            if self.rx_records >= self.limit {
-                return Err(TransportError::RecordLimit);
-            }
-            self.sock.readable().await?;
-            let r = match self.sock.try_io(Interest::READABLE, || {
-                sys::recv_record(self.sock.as_fd(), buf)
-            }) {
-                Ok(r) => r,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) if e.raw_os_error() == Some(libc::EBADMSG) => {
-                    return Err(TransportError::Protocol("record failed to decrypt"))
-                }
-                Err(e) => return Err(e.into()),
-            };
-            if r.record_type == sys::RECORD_APPLICATION_DATA {
-                if r.len == 0 {
-                    self.peer_closed = true;
-                    return Ok(0);
-                }
-                self.rx_records += records_for(r.len as u64);
-                return Ok(r.len);
-            }
-            self.rx_records += 1;
-            let msg = self.read_control(&buf[..r.len], r.end_of_record).await?;
-            if self.handle_control(r.record_type, &msg).await? {
-                self.peer_closed = true;
-                return Ok(0);
+            match self.recv_once(buf).await? {
+                Recv::Data(n) => return Ok(n),
+                Recv::Closed => return Ok(0),
+                Recv::Control => continue,
+                Recv::WouldBlock => self.sock.readable().await?,
             }
         }
     }

@@ -1,34 +1,79 @@
-//! `tlsfront serve`: the process model. One thread per worker, each with
-//! its own current-thread tokio runtime and its own `SO_REUSEPORT` listener
-//! per address (the nginx/stud model: the kernel spreads connections, no
-//! work stealing). Workers share the TLS configuration (one session cache
-//! and ticket key set), the document root and the counters.
+//! The process model shared by `serve` and `proxy`. One thread per worker,
+//! each with its own current-thread tokio runtime and its own `SO_REUSEPORT`
+//! listener per address (the nginx/stud model: the kernel spreads
+//! connections, no work stealing). Workers share the TLS configuration (one
+//! session cache and ticket key set), the kTLS probe and the counters. Each
+//! accepted connection gets the TLS front ([`worker`]): `TCP_ULP`, the
+//! handshake, the choice of data path; then a [`Service`] takes over.
 
-mod conn;
-mod http;
+mod worker;
 
-use crate::config::{cert, secs, KtlsMode, ServeConfig};
-use crate::files::DocRoot;
-use crate::ktls::Support;
+use crate::config::{cert, secs, KtlsMode, Timeouts};
+use crate::ktls::stream::KtlsStream;
+use crate::ktls::{Support, Version};
 use crate::metrics::Metrics;
+use crate::tls::userspace::UserTls;
+use crate::tls::TlsOptions;
 use rustls::ServerConfig;
 use socket2::{Domain, Socket, Type};
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-/// What every worker shares.
-pub(crate) struct Shared {
+/// What every worker shares, whatever the service.
+pub(crate) struct Front {
     pub tls: Arc<ServerConfig>,
-    pub root: DocRoot,
-    pub cfg: ServeConfig,
     pub ktls: Support,
     pub metrics: Metrics,
+    pub timeouts: Timeouts,
+    /// Open connections per worker; more are closed at once.
+    pub max_connections: usize,
+}
+
+/// A TLS connection after its handshake, on the data path it was given.
+pub(crate) enum Tls {
+    Kernel(Box<KtlsStream>),
+    User(Box<UserTls>),
+}
+
+/// What is known about a connection once its handshake is done.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    /// The client: the TCP peer, or the address a trusted PROXY header gave.
+    pub client: SocketAddr,
+    /// Our address as the client reached it (or the PROXY header's).
+    pub local: SocketAddr,
+    pub version: Option<Version>,
+    /// The negotiated suite, IANA name (e.g. `TLS13_AES_128_GCM_SHA256`).
+    pub suite: Option<rustls::CipherSuite>,
+    /// SNI, if the client sent one.
+    pub sni: Option<String>,
+    pub alpn: Option<Vec<u8>>,
+}
+
+/// What runs on a connection once the TLS front is done with it.
+pub(crate) trait Service: Send + Sync + 'static {
+    /// Right after accept, before TLS (e.g. a PROXY header from a load
+    /// balancer). Returns (client, local) addresses, or `None` to drop the
+    /// connection.
+    async fn accepted(
+        &self,
+        _front: &Front,
+        _sock: &mut TcpStream,
+        peer: SocketAddr,
+        local: SocketAddr,
+    ) -> Option<(SocketAddr, SocketAddr)> {
+        Some((peer, local))
+    }
+
+    /// Serve one connection.
+    async fn serve(&self, front: &Front, tls: Tls, info: ConnInfo, stop: watch::Receiver<bool>);
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ServeError {
+pub enum StartError {
     #[error(transparent)]
     Cert(#[from] cert::CertError),
     #[error(transparent)]
@@ -45,6 +90,47 @@ pub enum ServeError {
     },
     #[error("cannot start: {0}")]
     Runtime(std::io::Error),
+}
+
+/// Load the identity, build the TLS configuration, probe the kernel.
+pub(crate) fn front(
+    cert_path: Option<&Path>,
+    key_path: Option<&Path>,
+    tls: &TlsOptions,
+    ktls: KtlsMode,
+    timeouts: Timeouts,
+    max_connections: usize,
+) -> Result<Front, StartError> {
+    let id = cert::load(cert_path, key_path)?;
+    if id.created {
+        println!(
+            "made a self-signed certificate for localhost, 127.0.0.1, ::1: {}",
+            id.cert_path.display()
+        );
+    }
+    println!(
+        "certificate {} (SHA-256 {})",
+        id.cert_path.display(),
+        id.fingerprint()
+    );
+    let config = crate::tls::server_config(id.chain, id.key, tls)?;
+    let support = match ktls {
+        KtlsMode::Off => Support::disabled(),
+        _ => Support::probe(),
+    };
+    if ktls == KtlsMode::Require && !support.fully_usable() {
+        return Err(StartError::KtlsRequired(format!(
+            "{} (run 'tlsfront check' for the fix)",
+            support.summary()
+        )));
+    }
+    Ok(Front {
+        tls: config,
+        ktls: support,
+        metrics: Metrics::default(),
+        timeouts,
+        max_connections,
+    })
 }
 
 fn bind_hint(e: &std::io::Error) -> &'static str {
@@ -75,23 +161,25 @@ fn listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(sock.into())
 }
 
+type PerWorker = Vec<Vec<std::net::TcpListener>>;
+
 /// Bind one listener per worker for each address (port 0: the first gets a
 /// port, the others share it).
 fn bind_all(
-    cfg: &ServeConfig,
-) -> Result<(Vec<Vec<std::net::TcpListener>>, Vec<SocketAddr>), ServeError> {
-    let mut per_worker: Vec<Vec<std::net::TcpListener>> =
-        (0..cfg.workers).map(|_| Vec::new()).collect();
+    listen: &[SocketAddr],
+    workers: usize,
+) -> Result<(PerWorker, Vec<SocketAddr>), StartError> {
+    let mut per_worker: PerWorker = (0..workers).map(|_| Vec::new()).collect();
     let mut bound = Vec::new();
-    for &want in &cfg.listen {
+    for &want in listen {
         let mut addr = want;
         for w in per_worker.iter_mut() {
-            let l = listener(addr).map_err(|source| ServeError::Bind {
+            let l = listener(addr).map_err(|source| StartError::Bind {
                 addr,
                 hint: bind_hint(&source),
                 source,
             })?;
-            addr = l.local_addr().map_err(ServeError::Runtime)?;
+            addr = l.local_addr().map_err(StartError::Runtime)?;
             w.push(l);
         }
         bound.push(addr);
@@ -99,88 +187,78 @@ fn bind_all(
     Ok((per_worker, bound))
 }
 
-pub fn run(cfg: ServeConfig) -> Result<(), ServeError> {
-    let id = cert::load(cfg.cert.as_deref(), cfg.key.as_deref())?;
-    if id.created {
-        println!(
-            "made a self-signed certificate for localhost, 127.0.0.1, ::1: {}",
-            id.cert_path.display()
-        );
-    }
-    println!(
-        "certificate {} (SHA-256 {})",
-        id.cert_path.display(),
-        id.fingerprint()
-    );
-    let tls = crate::tls::server_config(id.chain, id.key, &Default::default())?;
-    let root = DocRoot::open(&cfg.root, cfg.follow_symlinks_outside, cfg.autoindex)?;
-    let ktls = match cfg.ktls {
-        KtlsMode::Off => Support::disabled(),
-        _ => Support::probe(),
-    };
-    if cfg.ktls == KtlsMode::Require && !ktls.fully_usable() {
-        return Err(ServeError::KtlsRequired(format!(
-            "{} (run 'tlsfront check' for the fix)",
-            ktls.summary()
-        )));
-    }
-    let (listeners, bound) = bind_all(&cfg)?;
+/// Bind, announce, run the workers until SIGTERM/SIGINT, then drain and
+/// print the counters. `announce` makes the line for each bound address.
+pub(crate) fn run<S: Service>(
+    front: Front,
+    service: Arc<S>,
+    listen: &[SocketAddr],
+    workers: usize,
+    announce: impl Fn(SocketAddr) -> String,
+) -> Result<(), StartError> {
+    // Signal handlers first: once the port is announced, a supervisor may
+    // send SIGTERM at any time, and it must mean "drain", not "die".
+    let signals = Signals::install().map_err(StartError::Runtime)?;
+    let (listeners, bound) = bind_all(listen, workers)?;
     for a in &bound {
-        println!(
-            "serving {} on https://{a}/ with {} worker{}",
-            root.path().display(),
-            cfg.workers,
-            if cfg.workers == 1 { "" } else { "s" }
-        );
+        println!("{}", announce(*a));
     }
-    println!("{}", ktls.summary());
+    println!("{}", front.ktls.summary());
 
-    let grace = secs(cfg.timeouts.shutdown);
-    let shared = Arc::new(Shared {
-        tls,
-        root,
-        cfg,
-        ktls,
-        metrics: Metrics::default(),
-    });
+    let grace = secs(front.timeouts.shutdown);
+    let front = Arc::new(front);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut threads = Vec::new();
     for (i, ls) in listeners.into_iter().enumerate() {
-        let shared = shared.clone();
+        let front = front.clone();
+        let service = service.clone();
         let stop = stop_rx.clone();
         let t = std::thread::Builder::new()
             .name(format!("worker-{i}"))
-            .spawn(move || conn::worker(ls, shared, stop, grace))
-            .map_err(ServeError::Runtime)?;
+            .spawn(move || worker::worker(ls, front, service, stop, grace))
+            .map_err(StartError::Runtime)?;
         threads.push(t);
     }
 
-    wait_for_signal().map_err(ServeError::Runtime)?;
-    println!("shutting down: no new connections, finishing responses (up to {grace:?})");
+    signals.wait();
+    println!("shutting down: no new connections, finishing what is in flight (up to {grace:?})");
     let _ = stop_tx.send(true);
     for t in threads {
         let _ = t.join();
     }
-    println!("{}", shared.metrics.report());
+    println!("{}", front.metrics.report());
     Ok(())
 }
 
-fn wait_for_signal() -> std::io::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        Ok(())
-    })
+/// SIGTERM and SIGINT, caught from before the first line is printed.
+struct Signals {
+    rt: tokio::runtime::Runtime,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
 }
 
-/// How long to keep reading after our close_notify so the client's unread
-/// data does not turn our close into a reset.
-const LINGER: Duration = Duration::from_secs(2);
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (term, int) = {
+            let _guard = rt.enter();
+            (
+                signal(SignalKind::terminate())?,
+                signal(SignalKind::interrupt())?,
+            )
+        };
+        Ok(Signals { rt, term, int })
+    }
+
+    fn wait(mut self) {
+        self.rt.block_on(async {
+            tokio::select! {
+                _ = self.term.recv() => {}
+                _ = self.int.recv() => {}
+            }
+        });
+    }
+}

@@ -26,6 +26,8 @@ pub struct Handshaken {
     pub pending_tls: Vec<u8>,
     /// Application data rustls decrypted during the handshake (likewise).
     pub early_plaintext: Vec<u8>,
+    /// The server name the client asked for (SNI), if any.
+    pub sni: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +60,8 @@ pub async fn handshake(
     let mut used = 0usize;
     let mut outgoing: Vec<u8> = Vec::with_capacity(4096);
     let mut early_plaintext = Vec::new();
+    let mut sni = None;
+    let mut first_record = true;
 
     loop {
         let UnbufferedStatus { discard, state } = conn.process_tls_records(&mut incoming[..used]);
@@ -104,10 +108,19 @@ pub async fn handshake(
                 conn,
                 pending_tls: incoming,
                 early_plaintext,
+                sni,
             });
         }
         if need_read {
-            used += read_one_record(sock, &mut incoming, used).await?;
+            let n = read_one_record(sock, &mut incoming, used).await?;
+            if first_record {
+                // rustls' unbuffered server API does not expose SNI: read it
+                // from the ClientHello record (rustls has already checked
+                // nothing yet; this parser only reads within bounds).
+                sni = super::sni::from_client_hello_record(&incoming[used..used + n]);
+                first_record = false;
+            }
+            used += n;
         }
     }
 }

@@ -3,6 +3,7 @@
 //! record-by-record handshake, and the user-space data path.
 
 pub mod handshake;
+mod sni;
 pub mod userspace;
 
 use rustls::crypto::{aws_lc_rs, CryptoProvider};

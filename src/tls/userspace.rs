@@ -32,8 +32,9 @@ pub struct UserTls {
     /// Decrypted bytes not yet returned by `read`, from `plain_pos`.
     plain: Vec<u8>,
     plain_pos: usize,
-    /// Encrypted bytes not yet written.
+    /// Encrypted bytes not yet written, from `out_pos`.
     out: Vec<u8>,
+    out_pos: usize,
     /// Plaintext staging for file reads.
     file_buf: Vec<u8>,
     peer_closed: bool,
@@ -60,6 +61,7 @@ impl UserTls {
             plain: hs.early_plaintext,
             plain_pos: 0,
             out: Vec::new(),
+            out_pos: 0,
             file_buf: Vec::new(),
             peer_closed: false,
             stall,
@@ -146,25 +148,65 @@ impl UserTls {
         }
     }
 
-    async fn flush(&mut self) -> Result<(), TransportError> {
-        let mut pos = 0;
-        while pos < self.out.len() {
-            match tokio::time::timeout(self.stall, self.sock.writable()).await {
-                Ok(r) => r?,
-                Err(_) => return Err(TransportError::SendTimeout(self.stall)),
-            }
-            match self.sock.try_write(&self.out[pos..]) {
-                Ok(n) => pos += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e.into()),
-            }
+    // ---- The synchronous core, used directly by the proxy's relay loop.
+
+    /// Decrypt whatever whole records are buffered; queue any replies.
+    pub fn process(&mut self) -> Result<(), TransportError> {
+        self.step(Want::Process)
+    }
+
+    /// Encrypt `data` into the output queue.
+    pub fn queue(&mut self, data: &[u8]) -> Result<(), TransportError> {
+        for chunk in data.chunks(FILE_CHUNK) {
+            self.step(Want::Encrypt(chunk))?;
         }
-        self.out.clear();
         Ok(())
     }
 
-    /// Read more TLS bytes from the socket. `Ok(false)` on EOF.
-    async fn fill(&mut self) -> Result<bool, TransportError> {
+    /// Queue a close_notify.
+    pub fn queue_close_notify(&mut self) -> Result<(), TransportError> {
+        self.step(Want::CloseNotify)
+    }
+
+    /// Encrypted bytes waiting to be written.
+    pub fn pending_out(&self) -> usize {
+        self.out.len() - self.out_pos
+    }
+
+    /// Decrypted bytes waiting to be taken.
+    pub fn pending_plain(&self) -> usize {
+        self.plain.len() - self.plain_pos
+    }
+
+    /// The peer sent close_notify (or FIN) and everything before it has
+    /// been decrypted.
+    pub fn peer_closed(&self) -> bool {
+        self.peer_closed
+    }
+
+    /// Write queued output without blocking; `Ok(true)` once it is empty.
+    pub fn try_flush(&mut self) -> io::Result<bool> {
+        while self.out_pos < self.out.len() {
+            match self.sock.try_write(&self.out[self.out_pos..]) {
+                Ok(n) => self.out_pos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if self.out_pos >= 1 << 16 {
+                        self.out.drain(..self.out_pos);
+                        self.out_pos = 0;
+                    }
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.out.clear();
+        self.out_pos = 0;
+        Ok(true)
+    }
+
+    /// Read TLS bytes from the socket without blocking. `Ok(false)` on EOF
+    /// (a FIN: `peer_closed` becomes true).
+    pub fn try_fill(&mut self) -> Result<bool, TransportError> {
         if self.inbuf.len() < MAX_RECORD {
             self.inbuf.resize(MAX_RECORD, 0);
         }
@@ -173,16 +215,44 @@ impl UserTls {
                 "record larger than the protocol allows",
             ));
         }
+        match self.sock.try_read(&mut self.inbuf[self.in_len..]) {
+            Ok(0) => {
+                self.peer_closed = true;
+                Ok(false)
+            }
+            Ok(n) => {
+                self.in_len += n;
+                Ok(true)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Move decrypted bytes to `buf`.
+    pub fn take_plaintext(&mut self, buf: &mut [u8]) -> usize {
+        self.take_plain(buf)
+    }
+
+    // ---- Async helpers on top of the core.
+
+    async fn flush(&mut self) -> Result<(), TransportError> {
+        while !self.try_flush()? {
+            match tokio::time::timeout(self.stall, self.sock.writable()).await {
+                Ok(r) => r?,
+                Err(_) => return Err(TransportError::SendTimeout(self.stall)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Read more TLS bytes from the socket. `Ok(false)` on EOF.
+    async fn fill(&mut self) -> Result<bool, TransportError> {
         loop {
             self.sock.readable().await?;
-            match self.sock.try_read(&mut self.inbuf[self.in_len..]) {
-                Ok(0) => return Ok(false),
-                Ok(n) => {
-                    self.in_len += n;
-                    return Ok(true);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e.into()),
+            match self.try_fill() {
+                Ok(more) => return Ok(more),
+                Err(TransportError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
             }
         }
     }
@@ -216,10 +286,8 @@ impl Transport for UserTls {
             if self.plain_pos < self.plain.len() || self.peer_closed {
                 continue;
             }
-            if !self.fill().await? {
-                // TCP FIN without close_notify.
-                self.peer_closed = true;
-            }
+            // On EOF (a FIN without close_notify) `peer_closed` is set.
+            self.fill().await?;
         }
     }
 
@@ -281,7 +349,10 @@ impl Transport for UserTls {
             self.plain = Vec::new();
             self.plain_pos = 0;
         }
-        self.out = Vec::new();
+        if self.pending_out() == 0 {
+            self.out = Vec::new();
+            self.out_pos = 0;
+        }
         self.file_buf = Vec::new();
     }
 

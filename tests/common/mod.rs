@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod peers;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -174,9 +176,46 @@ impl Server {
     }
 
     pub fn start_in(root: &Path, extra: &[&str]) -> Server {
+        let root = root.display().to_string();
+        Server::spawn(&["serve", &root], extra)
+    }
+
+    /// `tlsfront proxy --backend BACKEND` with extra flags.
+    pub fn proxy(backend: &str, extra: &[&str]) -> Server {
+        Server::spawn(&["proxy", "--backend", backend], extra)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident memory of the server process, KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// CPU time (user + system) the server process has used, in clock ticks.
+    pub fn cpu_ticks(&self) -> u64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap_or_default();
+        // Fields after the parenthesised command name; utime and stime are
+        // the 14th and 15th fields of the whole line.
+        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        num(11) + num(12)
+    }
+
+    fn spawn(command: &[&str], extra: &[&str]) -> Server {
         let data = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(BIN);
-        cmd.arg("serve").arg(root);
+        cmd.args(command);
         if !extra.contains(&"--listen") {
             cmd.args(["--listen", "127.0.0.1:0"]);
         }

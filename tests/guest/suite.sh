@@ -4,10 +4,9 @@
 # known-good peer), then tlsfront's end-to-end suite with kTLS required:
 # every connection must be offloaded (TX and RX), bodies must match, and
 # /proc/net/tls_stat must show no decrypt errors.
-# Usage: tests/guest/suite.sh SERVE_TEST_BINARY [TEST-FILTER...]
+# Usage: tests/guest/suite.sh TEST_BINARY...   (the serve and proxy suites)
 set -euo pipefail
-serve_bin=${1:?usage: suite.sh SERVE_TEST_BINARY}
-shift
+(($#)) || { echo "usage: suite.sh TEST_BINARY..." >&2; exit 2; }
 cd "$(dirname "$0")/../.."
 
 echo "== guest kernel $(uname -r)"
@@ -17,7 +16,9 @@ target/debug/tlsfront check || true
 echo "== reference: nginx + OpenSSL with Options KTLS"
 tests/guest/nginx-reference.sh
 
-echo "== tlsfront end-to-end suite with kTLS required"
-TLSFRONT_EXPECT_KTLS=1 "$serve_bin" --test-threads=1 "$@"
+for bin in "$@"; do
+  echo "== tlsfront end-to-end suite $(basename "$bin") with kTLS required"
+  TLSFRONT_EXPECT_KTLS=1 "$bin" --test-threads=1
+done
 echo "== /proc/net/tls_stat after the suite"
 cat /proc/net/tls_stat

@@ -1,18 +1,23 @@
-//! One HTTP/1.1 session over a TLS transport: keep-alive and pipelining,
-//! the request-phase timeouts, and the response to each request (files with
-//! ranges and preconditions, redirects, listings, errors). Buffers exist
-//! only while a request is being read or answered.
+//! The static file service: one HTTP/1.1 session per TLS connection, with
+//! keep-alive and pipelining, the request-phase timeouts, and the response
+//! to each request (files with ranges and preconditions, redirects,
+//! listings, errors). Buffers exist only while a request is being read or
+//! answered; file bodies go out through the transport's `send_file`
+//! (`sendfile()` on kTLS).
 
-use super::{Shared, LINGER};
-use crate::config::secs;
+use super::conditional::{self, Outcome};
+use super::path;
+use super::range::{self, RangeResult};
+use super::request::{self, Body, HeadLimits, Method, RequestHead};
+use super::response::{error_page, DateCache, Head};
+use crate::config::{secs, ServeConfig};
+use crate::files::DocRoot;
 use crate::files::{FileError, Lookup, OpenFile};
-use crate::http::conditional::{self, Outcome};
-use crate::http::path;
-use crate::http::range::{self, RangeResult};
-use crate::http::request::{self, Body, HeadLimits, Method, RequestHead};
-use crate::http::response::{error_page, DateCache, Head};
-use crate::transport::{Transport, TransportError};
+use crate::server::{ConnInfo, Front, Service, StartError, Tls};
+use crate::transport::{close_and_linger, Transport, TransportError};
 use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::{timeout, timeout_at, Instant};
 
@@ -24,6 +29,54 @@ fn date() -> String {
     DATE.with(|d| d.borrow_mut().now().to_string())
 }
 
+/// How long to keep reading after our close_notify so the client's unread
+/// data does not turn our close into a reset.
+const LINGER: Duration = Duration::from_secs(2);
+
+/// `tlsfront serve`: the static file service.
+pub struct StaticFiles {
+    root: DocRoot,
+    cfg: ServeConfig,
+}
+
+/// Run `tlsfront serve` until SIGTERM/SIGINT.
+pub fn run(cfg: ServeConfig) -> Result<(), StartError> {
+    let front = crate::server::front(
+        cfg.cert.as_deref(),
+        cfg.key.as_deref(),
+        &Default::default(),
+        cfg.ktls,
+        cfg.timeouts.clone(),
+        cfg.limits.connections,
+    )?;
+    let root = DocRoot::open(&cfg.root, cfg.follow_symlinks_outside, cfg.autoindex)?;
+    let (listen, workers) = (cfg.listen.clone(), cfg.workers);
+    let shown = root.path().display().to_string();
+    let svc = Arc::new(StaticFiles { root, cfg });
+    crate::server::run(front, svc, &listen, workers, |a| {
+        format!(
+            "serving {shown} on https://{a}/ with {workers} worker{}",
+            if workers == 1 { "" } else { "s" }
+        )
+    })
+}
+
+impl Service for StaticFiles {
+    async fn serve(&self, front: &Front, tls: Tls, _info: ConnInfo, stop: watch::Receiver<bool>) {
+        let cx = Ctx { files: self, front };
+        match tls {
+            Tls::Kernel(k) => session(*k, &cx, stop).await,
+            Tls::User(u) => session(*u, &cx, stop).await,
+        }
+    }
+}
+
+/// What a session needs to see.
+struct Ctx<'a> {
+    files: &'a StaticFiles,
+    front: &'a Front,
+}
+
 /// How a session ended.
 enum End {
     /// Close normally: close_notify, then linger.
@@ -32,20 +85,12 @@ enum End {
     Abort(TransportError),
 }
 
-pub(super) async fn session<T: Transport>(
-    mut t: T,
-    shared: &Shared,
-    mut stop: watch::Receiver<bool>,
-) {
-    let end = serve(&mut t, shared, &mut stop).await;
+async fn session<T: Transport>(mut t: T, cx: &Ctx<'_>, mut stop: watch::Receiver<bool>) {
+    let end = serve(&mut t, cx, &mut stop).await;
     match end {
-        End::Close => {
-            if t.close().await.is_ok() {
-                linger(&mut t).await;
-            }
-        }
+        End::Close => close_and_linger(&mut t, LINGER).await,
         End::Abort(e) => {
-            shared.metrics.error(e.kind());
+            cx.front.metrics.error(e.kind());
             tracing::debug!("connection ended: {e}");
             if matches!(e, TransportError::KeyUpdateUnsupported) {
                 // Our sending key is still valid: say goodbye properly, but
@@ -56,22 +101,8 @@ pub(super) async fn session<T: Transport>(
     }
 }
 
-/// Read and discard what the client still sends after our close_notify, for
-/// a short while, so that unread data does not turn the close into a reset.
-async fn linger<T: Transport>(t: &mut T) {
-    let mut scratch = [0u8; 4096];
-    let deadline = Instant::now() + LINGER;
-    let mut budget = 1usize << 20;
-    while budget > 0 {
-        match timeout_at(deadline, t.read(&mut scratch)).await {
-            Ok(Ok(n)) if n > 0 => budget = budget.saturating_sub(n),
-            _ => break,
-        }
-    }
-}
-
-async fn serve<T: Transport>(t: &mut T, shared: &Shared, stop: &mut watch::Receiver<bool>) -> End {
-    let cfg = &shared.cfg;
+async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver<bool>) -> End {
+    let cfg = &cx.files.cfg;
     let limits = HeadLimits {
         request_line: cfg.limits.request_line,
         header_bytes: cfg.limits.header_bytes,
@@ -125,7 +156,7 @@ async fn serve<T: Transport>(t: &mut T, shared: &Shared, stop: &mut watch::Recei
             match timeout_at(deadline, t.read(&mut buf[filled..])).await {
                 Err(_) => {
                     if filled > 0 {
-                        let _ = respond_error(t, shared, &mut out, 408, 1, false).await;
+                        let _ = respond_error(t, cx, &mut out, 408, 1, false).await;
                     }
                     return End::Close;
                 }
@@ -138,7 +169,7 @@ async fn serve<T: Transport>(t: &mut T, shared: &Shared, stop: &mut watch::Recei
             Ok(h) => h,
             Err(e) => {
                 tracing::debug!("bad request: {e}");
-                return match respond_error(t, shared, &mut out, e.status(), 1, false).await {
+                return match respond_error(t, cx, &mut out, e.status(), 1, false).await {
                     Ok(()) => End::Close,
                     Err(e) => End::Abort(e),
                 };
@@ -168,7 +199,7 @@ async fn serve<T: Transport>(t: &mut T, shared: &Shared, stop: &mut watch::Recei
                 }
             }
             Body::Length(_) => {
-                return match respond_error(t, shared, &mut out, 413, head.minor, false).await {
+                return match respond_error(t, cx, &mut out, 413, head.minor, false).await {
                     Ok(()) => End::Close,
                     Err(e) => End::Abort(e),
                 };
@@ -177,7 +208,7 @@ async fn serve<T: Transport>(t: &mut T, shared: &Shared, stop: &mut watch::Recei
             Body::Chunked => keep_alive = false,
         }
 
-        if let Err(e) = respond(t, shared, &head, keep_alive, &mut out).await {
+        if let Err(e) = respond(t, cx, &head, keep_alive, &mut out).await {
             return End::Abort(e);
         }
         served += 1;
@@ -189,20 +220,20 @@ async fn serve<T: Transport>(t: &mut T, shared: &Shared, stop: &mut watch::Recei
 
 async fn respond_error<T: Transport>(
     t: &mut T,
-    shared: &Shared,
+    cx: &Ctx<'_>,
     out: &mut Vec<u8>,
     status: u16,
     minor: u8,
     keep_alive: bool,
 ) -> Result<(), TransportError> {
-    send_page(t, shared, out, status, minor, keep_alive, true, &[]).await
+    send_page(t, cx, out, status, minor, keep_alive, true, &[]).await
 }
 
 /// A small HTML page (errors, redirects) with optional extra headers.
 #[allow(clippy::too_many_arguments)]
 async fn send_page<T: Transport>(
     t: &mut T,
-    shared: &Shared,
+    cx: &Ctx<'_>,
     out: &mut Vec<u8>,
     status: u16,
     minor: u8,
@@ -210,7 +241,7 @@ async fn send_page<T: Transport>(
     with_body: bool,
     extra: &[(&str, &str)],
 ) -> Result<(), TransportError> {
-    shared.metrics.status(status);
+    cx.front.metrics.status(status);
     let body = error_page(status);
     let mut h = Head::new(out, status, &date());
     h.header("Content-Type", "text/html; charset=utf-8");
@@ -221,13 +252,13 @@ async fn send_page<T: Transport>(
     if with_body {
         out.extend_from_slice(body.as_bytes());
     }
-    shared.metrics.bytes(t.path(), out.len() as u64);
+    cx.front.metrics.bytes(t.path(), out.len() as u64);
     t.write_all(out, false).await
 }
 
 async fn respond<T: Transport>(
     t: &mut T,
-    shared: &Shared,
+    cx: &Ctx<'_>,
     req: &RequestHead,
     keep_alive: bool,
     out: &mut Vec<u8>,
@@ -237,7 +268,7 @@ async fn respond<T: Transport>(
     if req.method == Method::Other {
         return send_page(
             t,
-            shared,
+            cx,
             out,
             405,
             minor,
@@ -251,21 +282,21 @@ async fn respond<T: Transport>(
         Ok(p) => p,
         Err(e) => {
             tracing::debug!("refused path {:?}: {e}", req.target);
-            return send_page(t, shared, out, 400, minor, false, true, &[]).await;
+            return send_page(t, cx, out, 400, minor, false, true, &[]).await;
         }
     };
-    match shared.root.lookup(&norm) {
+    match cx.files.root.lookup(&norm) {
         Err(e) => {
             if let FileError::Io(err) = &e {
                 tracing::warn!("cannot open {:?}: {err}", req.target);
             }
             let ka = keep_alive && e.status() < 500;
-            send_page(t, shared, out, e.status(), minor, ka, !is_head, &[]).await
+            send_page(t, cx, out, e.status(), minor, ka, !is_head, &[]).await
         }
         Ok(Lookup::Redirect(url)) => {
             send_page(
                 t,
-                shared,
+                cx,
                 out,
                 301,
                 minor,
@@ -276,23 +307,23 @@ async fn respond<T: Transport>(
             .await
         }
         Ok(Lookup::Listing(html)) => {
-            shared.metrics.status(200);
+            cx.front.metrics.status(200);
             let mut h = Head::new(out, 200, &date());
             h.header("Content-Type", "text/html; charset=utf-8");
             h.finish(Some(html.len() as u64), keep_alive, minor);
             if !is_head {
                 out.extend_from_slice(html.as_bytes());
             }
-            shared.metrics.bytes(t.path(), out.len() as u64);
+            cx.front.metrics.bytes(t.path(), out.len() as u64);
             t.write_all(out, false).await
         }
-        Ok(Lookup::File(f)) => send_file(t, shared, req, keep_alive, out, f).await,
+        Ok(Lookup::File(f)) => send_file(t, cx, req, keep_alive, out, f).await,
     }
 }
 
 async fn send_file<T: Transport>(
     t: &mut T,
-    shared: &Shared,
+    cx: &Ctx<'_>,
     req: &RequestHead,
     keep_alive: bool,
     out: &mut Vec<u8>,
@@ -304,7 +335,7 @@ async fn send_file<T: Transport>(
     match conditional::evaluate(req, v) {
         Outcome::Proceed => {}
         Outcome::NotModified => {
-            shared.metrics.status(304);
+            cx.front.metrics.status(304);
             let mut h = Head::new(out, 304, &date());
             h.header("Last-Modified", &last_modified)
                 .header("ETag", &v.etag);
@@ -312,7 +343,7 @@ async fn send_file<T: Transport>(
             return t.write_all(out, false).await;
         }
         Outcome::PreconditionFailed => {
-            return send_page(t, shared, out, 412, req.minor, keep_alive, !is_head, &[]).await;
+            return send_page(t, cx, out, 412, req.minor, keep_alive, !is_head, &[]).await;
         }
     }
     let range = match &req.range {
@@ -326,7 +357,7 @@ async fn send_file<T: Transport>(
             let cr = format!("bytes */{}", f.size);
             return send_page(
                 t,
-                shared,
+                cx,
                 out,
                 416,
                 req.minor,
@@ -337,7 +368,7 @@ async fn send_file<T: Transport>(
             .await;
         }
     };
-    shared.metrics.status(status);
+    cx.front.metrics.status(status);
     let mut h = Head::new(out, status, &date());
     h.header("Content-Type", f.content_type)
         .header("Last-Modified", &last_modified)
@@ -351,11 +382,11 @@ async fn send_file<T: Transport>(
     }
     h.finish(Some(len), keep_alive, req.minor);
     let body = !is_head && len > 0;
-    shared.metrics.bytes(t.path(), out.len() as u64);
+    cx.front.metrics.bytes(t.path(), out.len() as u64);
     t.write_all(out, body).await?;
     if body {
         t.send_file(&f.file, start, len).await?;
-        shared.metrics.bytes(t.path(), len);
+        cx.front.metrics.bytes(t.path(), len);
     }
     Ok(())
 }

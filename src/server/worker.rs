@@ -1,8 +1,8 @@
-//! One worker thread, and one connection from accept to the HTTP session:
+//! One worker thread, and one connection from accept to its service:
 //! `TCP_ULP` right after accept, the handshake, then the choice of data
 //! path — kTLS when the kernel takes the negotiated cipher, else user space.
 
-use super::{http, Shared};
+use super::{ConnInfo, Front, Service, Tls};
 use crate::config::secs;
 use crate::ktls::{crypto_info, stream::KtlsStream, sys, Cipher, Direction, Version};
 use crate::metrics::Fallback;
@@ -18,9 +18,10 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-pub(super) fn worker(
+pub(super) fn worker<S: Service>(
     listeners: Vec<std::net::TcpListener>,
-    shared: Arc<Shared>,
+    front: Arc<Front>,
+    service: Arc<S>,
     mut stop: watch::Receiver<bool>,
     grace: Duration,
 ) {
@@ -42,7 +43,8 @@ pub(super) fn worker(
                 Ok(l) => {
                     tokio::task::spawn_local(accept_loop(
                         l,
-                        shared.clone(),
+                        front.clone(),
+                        service.clone(),
                         stop.clone(),
                         active.clone(),
                     ));
@@ -62,36 +64,38 @@ pub(super) fn worker(
     });
 }
 
-async fn accept_loop(
+async fn accept_loop<S: Service>(
     listener: TcpListener,
-    shared: Arc<Shared>,
+    front: Arc<Front>,
+    service: Arc<S>,
     mut stop: watch::Receiver<bool>,
     active: Rc<Cell<usize>>,
 ) {
-    let max = shared.cfg.limits.connections;
+    let max = front.max_connections;
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
             _ = stop.changed() => return,
         };
         match accepted {
-            Ok((sock, _peer)) => {
+            Ok((sock, peer)) => {
                 if active.get() >= max {
-                    shared.metrics.error("connection_limit");
+                    front.metrics.error("connection_limit");
                     continue;
                 }
                 active.set(active.get() + 1);
-                let shared = shared.clone();
+                let front = front.clone();
+                let service = service.clone();
                 let stop = stop.clone();
                 let active = active.clone();
                 tokio::task::spawn_local(async move {
-                    connection(sock, &shared, stop).await;
+                    connection(sock, peer, &front, &*service, stop).await;
                     active.set(active.get() - 1);
                 });
             }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
-                shared.metrics.error("accept");
+                front.metrics.error("accept");
                 tracing::warn!("accept failed: {e}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -99,17 +103,27 @@ async fn accept_loop(
     }
 }
 
-async fn connection(mut sock: TcpStream, shared: &Shared, stop: watch::Receiver<bool>) {
+async fn connection<S: Service>(
+    mut sock: TcpStream,
+    peer: std::net::SocketAddr,
+    front: &Front,
+    service: &S,
+    stop: watch::Receiver<bool>,
+) {
     let _ = sock.set_nodelay(true);
-    let t = &shared.cfg.timeouts;
+    let t = &front.timeouts;
+    let local = sock.local_addr().unwrap_or(peer);
+    let Some((client, local)) = service.accepted(front, &mut sock, peer, local).await else {
+        return;
+    };
 
     // Attach the ULP before the handshake: it fails harmlessly, and it must
     // be there before the peer can close its side.
     let mut fallback = None;
-    let ulp = if shared.ktls.disabled {
+    let ulp = if front.ktls.disabled {
         fallback = Some(Fallback::Disabled);
         false
-    } else if !shared.ktls.usable() {
+    } else if !front.ktls.usable() {
         fallback = Some(Fallback::NoKernelSupport);
         false
     } else if let Err(e) = sys::set_tls_ulp(sock.as_fd()) {
@@ -120,7 +134,7 @@ async fn connection(mut sock: TcpStream, shared: &Shared, stop: watch::Receiver<
         true
     };
 
-    let conn = match UnbufferedServerConnection::new(shared.tls.clone()) {
+    let conn = match UnbufferedServerConnection::new(front.tls.clone()) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!("cannot create a TLS connection: {e}");
@@ -130,7 +144,7 @@ async fn connection(mut sock: TcpStream, shared: &Shared, stop: watch::Receiver<
     let hs = match tokio::time::timeout(secs(t.handshake), handshake(&mut sock, conn)).await {
         Ok(Ok(hs)) => hs,
         Ok(Err(e)) => {
-            shared
+            front
                 .metrics
                 .handshakes_failed
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -138,17 +152,17 @@ async fn connection(mut sock: TcpStream, shared: &Shared, stop: watch::Receiver<
             return;
         }
         Err(_) => {
-            shared
+            front
                 .metrics
                 .handshakes_failed
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            shared.metrics.error("handshake_timeout");
+            front.metrics.error("handshake_timeout");
             return;
         }
     };
     let counter = match hs.conn.handshake_kind() {
-        Some(rustls::HandshakeKind::Resumed) => &shared.metrics.handshakes_resumed,
-        _ => &shared.metrics.handshakes_full,
+        Some(rustls::HandshakeKind::Resumed) => &front.metrics.handshakes_resumed,
+        _ => &front.metrics.handshakes_full,
     };
     counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 
@@ -158,21 +172,31 @@ async fn connection(mut sock: TcpStream, shared: &Shared, stop: watch::Receiver<
         .negotiated_cipher_suite()
         .and_then(|s| Cipher::from_suite(s.suite()));
     let offload = match (version, cipher) {
-        (Some(v), Some(c)) => shared.ktls.offloads(v, c),
+        (Some(v), Some(c)) => front.ktls.offloads(v, c),
         _ => false,
     };
     let buffered = !hs.pending_tls.is_empty() || !hs.early_plaintext.is_empty();
     let stall = secs(t.send);
+    let info = ConnInfo {
+        client,
+        local,
+        version,
+        suite: hs.conn.negotiated_cipher_suite().map(|s| s.suite()),
+        sni: hs.sni.clone(),
+        alpn: hs.conn.alpn_protocol().map(<[u8]>::to_vec),
+    };
 
     if ulp && offload && !buffered {
-        match into_kernel(sock, hs, shared.ktls.rekey, stall) {
+        match into_kernel(sock, hs, front.ktls.rekey, stall) {
             Ok(k) => {
-                shared.metrics.connection(Path::Ktls);
-                http::session(k, shared, stop).await;
+                front.metrics.connection(Path::Ktls);
+                service
+                    .serve(front, Tls::Kernel(Box::new(k)), info, stop)
+                    .await;
             }
             Err(e) => {
                 // The rustls connection is consumed: this connection is lost.
-                shared.metrics.error("ktls_setup");
+                front.metrics.error("ktls_setup");
                 tracing::warn!("kTLS set-up failed after the handshake: {e}");
             }
         }
@@ -186,10 +210,17 @@ async fn connection(mut sock: TcpStream, shared: &Shared, stop: watch::Receiver<
         });
     }
     if let Some(f) = fallback {
-        shared.metrics.fallback(f);
+        front.metrics.fallback(f);
     }
-    shared.metrics.connection(Path::Userspace);
-    http::session(UserTls::new(sock, hs, stall), shared, stop).await;
+    front.metrics.connection(Path::Userspace);
+    service
+        .serve(
+            front,
+            Tls::User(Box::new(UserTls::new(sock, hs, stall))),
+            info,
+            stop,
+        )
+        .await;
 }
 
 /// Hand the record keys to the kernel: TX, then RX.

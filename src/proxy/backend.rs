@@ -1,0 +1,228 @@
+//! The plain-TCP (or Unix socket) backend: its address, connecting with a
+//! timeout, and the readiness-driven socket operations the relay uses.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::io::{Interest, Ready};
+use tokio::net::{TcpStream, UnixStream};
+
+/// Where the backend listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackendAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for BackendAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackendAddr::Tcp(a) => write!(f, "{a}"),
+            BackendAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("--backend {value:?} is neither HOST:PORT (127.0.0.1:8080, [::1]:8080, localhost:8080) nor a Unix socket path (/run/app.sock)")]
+pub struct BadBackend {
+    value: String,
+}
+
+impl BackendAddr {
+    /// `HOST:PORT` (names resolved once, now) or a path to a Unix socket.
+    pub fn parse(value: &str) -> Result<BackendAddr, BadBackend> {
+        let bad = || BadBackend {
+            value: value.into(),
+        };
+        if let Some(path) = value.strip_prefix("unix:") {
+            return Ok(BackendAddr::Unix(path.into()));
+        }
+        if value.starts_with('/') || value.starts_with("./") {
+            return Ok(BackendAddr::Unix(value.into()));
+        }
+        if let Ok(a) = value.parse() {
+            return Ok(BackendAddr::Tcp(a));
+        }
+        use std::net::ToSocketAddrs;
+        value
+            .to_socket_addrs()
+            .map_err(|_| bad())?
+            .next()
+            .map(BackendAddr::Tcp)
+            .ok_or_else(bad)
+    }
+}
+
+/// Why the backend could not be reached; each is counted and logged once.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("connection refused")]
+    Refused,
+    #[error("no answer within {0:?} (connect timeout)")]
+    Timeout(Duration),
+    #[error("unreachable: {0}")]
+    Unreachable(io::Error),
+    #[error("{0}")]
+    Other(io::Error),
+}
+
+impl ConnectError {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ConnectError::Refused => "backend_refused",
+            ConnectError::Timeout(_) => "backend_timeout",
+            ConnectError::Unreachable(_) => "backend_unreachable",
+            ConnectError::Other(_) => "backend_error",
+        }
+    }
+}
+
+/// A connected backend.
+pub enum Backend {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+pub async fn connect(addr: &BackendAddr, timeout: Duration) -> Result<Backend, ConnectError> {
+    let attempt = async {
+        match addr {
+            BackendAddr::Tcp(a) => TcpStream::connect(a).await.map(|s| {
+                let _ = s.set_nodelay(true);
+                Backend::Tcp(s)
+            }),
+            BackendAddr::Unix(p) => UnixStream::connect(p).await.map(Backend::Unix),
+        }
+    };
+    match tokio::time::timeout(timeout, attempt).await {
+        Err(_) => Err(ConnectError::Timeout(timeout)),
+        Ok(Ok(b)) => Ok(b),
+        Ok(Err(e)) => Err(match e.kind() {
+            io::ErrorKind::ConnectionRefused => ConnectError::Refused,
+            // A Unix socket path that does not exist is "nobody listening".
+            io::ErrorKind::NotFound => ConnectError::Refused,
+            io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable => {
+                ConnectError::Unreachable(e)
+            }
+            _ => ConnectError::Other(e),
+        }),
+    }
+}
+
+impl Backend {
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Backend::Tcp(s) => s.as_fd(),
+            Backend::Unix(s) => s.as_fd(),
+        }
+    }
+
+    pub async fn ready(&self, interest: Interest) -> io::Result<Ready> {
+        match self {
+            Backend::Tcp(s) => s.ready(interest).await,
+            Backend::Unix(s) => s.ready(interest).await,
+        }
+    }
+
+    /// A non-blocking operation on the socket; `WouldBlock` clears the
+    /// readiness it waited for.
+    pub fn try_io<R>(
+        &self,
+        interest: Interest,
+        f: impl FnOnce() -> io::Result<R>,
+    ) -> io::Result<R> {
+        match self {
+            Backend::Tcp(s) => s.try_io(interest, f),
+            Backend::Unix(s) => s.try_io(interest, f),
+        }
+    }
+
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Backend::Tcp(s) => s.try_read(buf),
+            Backend::Unix(s) => s.try_read(buf),
+        }
+    }
+
+    pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Backend::Tcp(s) => s.try_write(buf),
+            Backend::Unix(s) => s.try_write(buf),
+        }
+    }
+
+    /// Write all of a small buffer (the PROXY header) before relaying.
+    pub async fn write_all(&self, mut data: &[u8], timeout: Duration) -> io::Result<()> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !data.is_empty() {
+            tokio::time::timeout_at(deadline, self.ready(Interest::WRITABLE))
+                .await
+                .map_err(|_| {
+                    io::Error::new(io::ErrorKind::TimedOut, "backend accepts no data")
+                })??;
+            match self.try_write(data) {
+                Ok(n) => data = &data[n..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    pub fn shutdown_write(&self) -> io::Result<()> {
+        rustix::net::shutdown(self.fd(), rustix::net::Shutdown::Write).map_err(io::Error::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses() {
+        assert_eq!(
+            BackendAddr::parse("127.0.0.1:80").unwrap(),
+            BackendAddr::Tcp("127.0.0.1:80".parse().unwrap())
+        );
+        assert_eq!(
+            BackendAddr::parse("[::1]:80").unwrap(),
+            BackendAddr::Tcp("[::1]:80".parse().unwrap())
+        );
+        assert_eq!(
+            BackendAddr::parse("/run/a.sock").unwrap(),
+            BackendAddr::Unix("/run/a.sock".into())
+        );
+        assert_eq!(
+            BackendAddr::parse("unix:rel.sock").unwrap(),
+            BackendAddr::Unix("rel.sock".into())
+        );
+        assert!(matches!(
+            BackendAddr::parse("localhost:80").unwrap(),
+            BackendAddr::Tcp(_)
+        ));
+        let e = BackendAddr::parse("nonsense").unwrap_err().to_string();
+        assert!(e.contains("--backend") && e.contains("nonsense"), "{e}");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn refused_and_missing_socket() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = l.local_addr().unwrap();
+        drop(l);
+        let e = connect(&BackendAddr::Tcp(a), Duration::from_secs(2))
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(e.kind(), "backend_refused");
+        let e = connect(
+            &BackendAddr::Unix("/nonexistent/x.sock".into()),
+            Duration::from_secs(2),
+        )
+        .await
+        .err()
+        .unwrap();
+        assert_eq!(e.kind(), "backend_refused");
+    }
+}

@@ -1,0 +1,352 @@
+//! Moving bytes between the TLS client and the backend, both directions at
+//! once, in one task per connection driven by socket readiness.
+//!
+//! kTLS path: `splice(client → pipe → backend)` and `splice(backend → pipe
+//! → client)`, one pipe per direction, so the bytes never enter user space;
+//! the kernel decrypts on the way in and encrypts on the way out. `splice()`
+//! refuses control records (EINVAL on 6.1, EIO elsewhere): the record is
+//! then taken with `recvmsg` by the kTLS stream (close_notify, alerts,
+//! KeyUpdate), and splicing resumes.
+//!
+//! User-space path: rustls decrypts into a bounded buffer for the backend,
+//! and encrypts what the backend sends into a bounded output queue.
+//!
+//! Both: half-close is propagated (client close_notify or FIN → backend
+//! `shutdown(WR)`; backend EOF → close_notify and `shutdown(WR)` to the
+//! client), a slow reader stops reads on the other side (backpressure), and
+//! a connection idle in both directions for the idle timeout is closed.
+
+use super::backend::Backend;
+use crate::ktls::stream::{KtlsStream, Recv};
+use crate::metrics::Metrics;
+use crate::tls::userspace::UserTls;
+use crate::transport::{Path, Transport, TransportError};
+use rustix::pipe::SpliceFlags;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::Duration;
+use tokio::io::Interest;
+use tokio::time::Instant;
+
+/// Per-direction buffering: a pipe's default capacity (16 pages).
+const WINDOW: usize = 64 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error("client side: {0}")]
+    Client(#[from] TransportError),
+    #[error("backend side: {0}")]
+    Backend(io::Error),
+    #[error("idle for {0:?} in both directions")]
+    Idle(Duration),
+}
+
+impl RelayError {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RelayError::Client(e) => e.kind(),
+            RelayError::Backend(e) if e.kind() == io::ErrorKind::ConnectionReset => "backend_reset",
+            RelayError::Backend(_) => "backend_io",
+            RelayError::Idle(_) => "idle_timeout",
+        }
+    }
+}
+
+/// What each side still has to do.
+#[derive(Default)]
+struct Sides {
+    /// The client sent its last byte (close_notify or FIN).
+    client_eof: bool,
+    /// We passed that on: backend `shutdown(WR)`.
+    backend_shut: bool,
+    /// The backend sent its last byte.
+    backend_eof: bool,
+    /// We passed that on: close_notify + `shutdown(WR)` to the client.
+    client_shut: bool,
+}
+
+impl Sides {
+    fn done(&self) -> bool {
+        self.backend_shut && self.client_shut
+    }
+}
+
+fn would_block(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::WouldBlock
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK | rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(io::Error::from)
+}
+
+const SPLICE: SpliceFlags = SpliceFlags::NONBLOCK.union(SpliceFlags::MOVE);
+
+/// The kTLS + splice relay.
+pub async fn splice(
+    mut tls: KtlsStream,
+    backend: &Backend,
+    idle: Duration,
+    m: &Metrics,
+) -> Result<(), RelayError> {
+    let (c2b_r, c2b_w) = pipe().map_err(RelayError::Backend)?;
+    let (b2c_r, b2c_w) = pipe().map_err(RelayError::Backend)?;
+    let (mut in_c2b, mut in_b2c) = (0usize, 0usize);
+    // Plaintext that came out of `recv_once` instead of a pipe (rare).
+    let mut side: Vec<u8> = Vec::new();
+    let mut s = Sides::default();
+    let mut deadline = Instant::now() + idle;
+    loop {
+        let mut want_c: Option<Interest> = None;
+        let mut want_b: Option<Interest> = None;
+        let mut moved = false;
+
+        // Client -> backend. Fill the pipe only when it is empty, so that
+        // EAGAIN can only mean "no whole record yet".
+        if !s.client_eof && in_c2b == 0 && side.is_empty() {
+            let r = tls.socket().try_io(Interest::READABLE, || {
+                rustix::pipe::splice(tls.socket().as_fd(), None, &c2b_w, None, WINDOW, SPLICE)
+                    .map_err(io::Error::from)
+            });
+            match r {
+                Ok(0) => s.client_eof = true,
+                Ok(n) => {
+                    in_c2b = n;
+                    tls.count_received(n as u64);
+                    m.bytes_in(Path::Ktls, n as u64);
+                    moved = true;
+                }
+                Err(e) if would_block(&e) => add(&mut want_c, Interest::READABLE),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::EIO)) => {
+                    // A control record heads the queue.
+                    let mut buf = vec![0u8; 16 * 1024 + 512];
+                    match tls.recv_once(&mut buf).await? {
+                        Recv::Data(n) => {
+                            side.extend_from_slice(&buf[..n]);
+                            m.bytes_in(Path::Ktls, n as u64);
+                            moved = true;
+                        }
+                        Recv::Closed => {
+                            s.client_eof = true;
+                            moved = true;
+                        }
+                        Recv::Control => moved = true,
+                        Recv::WouldBlock => add(&mut want_c, Interest::READABLE),
+                    }
+                }
+                Err(e) => return Err(TransportError::from(e).into()),
+            }
+        }
+        if !side.is_empty() {
+            match backend.try_write(&side) {
+                Ok(n) => {
+                    side.drain(..n);
+                    moved = true;
+                }
+                Err(e) if would_block(&e) => add(&mut want_b, Interest::WRITABLE),
+                Err(e) => return Err(RelayError::Backend(e)),
+            }
+        }
+        if in_c2b > 0 {
+            let r = backend.try_io(Interest::WRITABLE, || {
+                rustix::pipe::splice(&c2b_r, None, backend.fd(), None, in_c2b, SPLICE)
+                    .map_err(io::Error::from)
+            });
+            match r {
+                Ok(n) => {
+                    in_c2b -= n;
+                    moved = true;
+                }
+                Err(e) if would_block(&e) => add(&mut want_b, Interest::WRITABLE),
+                Err(e) => return Err(RelayError::Backend(e)),
+            }
+        }
+        if s.client_eof && in_c2b == 0 && side.is_empty() && !s.backend_shut {
+            let _ = backend.shutdown_write();
+            s.backend_shut = true;
+        }
+
+        // Backend -> client.
+        if !s.backend_eof && in_b2c == 0 {
+            let r = backend.try_io(Interest::READABLE, || {
+                rustix::pipe::splice(backend.fd(), None, &b2c_w, None, WINDOW, SPLICE)
+                    .map_err(io::Error::from)
+            });
+            match r {
+                Ok(0) => s.backend_eof = true,
+                Ok(n) => {
+                    in_b2c = n;
+                    moved = true;
+                }
+                Err(e) if would_block(&e) => add(&mut want_b, Interest::READABLE),
+                Err(e) => return Err(RelayError::Backend(e)),
+            }
+        }
+        if in_b2c > 0 {
+            tls.reserve_for(in_b2c as u64).await?;
+            let r = tls.socket().try_io(Interest::WRITABLE, || {
+                rustix::pipe::splice(&b2c_r, None, tls.socket().as_fd(), None, in_b2c, SPLICE)
+                    .map_err(io::Error::from)
+            });
+            match r {
+                Ok(n) => {
+                    in_b2c -= n;
+                    tls.count_sent(n as u64);
+                    m.bytes(Path::Ktls, n as u64);
+                    moved = true;
+                }
+                Err(e) if would_block(&e) => add(&mut want_c, Interest::WRITABLE),
+                Err(e) => return Err(TransportError::from(e).into()),
+            }
+        }
+        if s.backend_eof && in_b2c == 0 && !s.client_shut {
+            tls.close().await?;
+            s.client_shut = true;
+        }
+
+        if s.done() {
+            return Ok(());
+        }
+        if moved {
+            deadline = Instant::now() + idle;
+            continue;
+        }
+        wait(tls.socket(), want_c, backend, want_b, deadline, idle).await?;
+    }
+}
+
+/// The user-space relay over rustls.
+pub async fn userspace(
+    mut tls: UserTls,
+    backend: &Backend,
+    idle: Duration,
+    m: &Metrics,
+) -> Result<(), RelayError> {
+    let mut c2b: Vec<u8> = Vec::new();
+    let mut c2b_pos = 0usize;
+    let mut scratch = vec![0u8; 16 * 1024];
+    let mut s = Sides::default();
+    let mut deadline = Instant::now() + idle;
+    loop {
+        let mut want_c: Option<Interest> = None;
+        let mut want_b: Option<Interest> = None;
+        let mut moved = false;
+
+        // Client -> backend: decrypt into `c2b` while it has room.
+        if !s.client_eof && c2b.len() < WINDOW {
+            tls.process()?;
+            if tls.pending_plain() > 0 {
+                let start = c2b.len();
+                c2b.resize(WINDOW, 0);
+                let n = tls.take_plaintext(&mut c2b[start..]);
+                c2b.truncate(start + n);
+                m.bytes_in(Path::Userspace, n as u64);
+                moved = true;
+            } else if tls.peer_closed() {
+                s.client_eof = true;
+            } else {
+                match tls.try_fill() {
+                    Ok(_) => moved = true,
+                    Err(TransportError::Io(e)) if would_block(&e) => {
+                        add(&mut want_c, Interest::READABLE)
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        if c2b_pos < c2b.len() {
+            match backend.try_write(&c2b[c2b_pos..]) {
+                Ok(n) => {
+                    c2b_pos += n;
+                    moved = true;
+                    if c2b_pos == c2b.len() {
+                        c2b.clear();
+                        c2b_pos = 0;
+                    }
+                }
+                Err(e) if would_block(&e) => add(&mut want_b, Interest::WRITABLE),
+                Err(e) => return Err(RelayError::Backend(e)),
+            }
+        }
+        if s.client_eof && c2b.is_empty() && !s.backend_shut {
+            let _ = backend.shutdown_write();
+            s.backend_shut = true;
+        }
+
+        // Backend -> client: encrypt while the output queue has room.
+        if !s.backend_eof && tls.pending_out() < WINDOW {
+            match backend.try_read(&mut scratch) {
+                Ok(0) => s.backend_eof = true,
+                Ok(n) => {
+                    tls.queue(&scratch[..n])?;
+                    m.bytes(Path::Userspace, n as u64);
+                    moved = true;
+                }
+                Err(e) if would_block(&e) => add(&mut want_b, Interest::READABLE),
+                Err(e) => return Err(RelayError::Backend(e)),
+            }
+        }
+        if s.backend_eof && !s.client_shut && tls.pending_out() == 0 {
+            tls.queue_close_notify()?;
+            s.client_shut = true;
+            moved = true;
+        }
+        if tls.pending_out() > 0 {
+            match tls.try_flush() {
+                Ok(true) => moved = true,
+                Ok(false) => add(&mut want_c, Interest::WRITABLE),
+                Err(e) => return Err(TransportError::from(e).into()),
+            }
+        }
+        if s.client_shut && tls.pending_out() == 0 {
+            let _ = socket2::SockRef::from(tls.socket()).shutdown(std::net::Shutdown::Write);
+        }
+
+        if s.done() && tls.pending_out() == 0 {
+            return Ok(());
+        }
+        if moved {
+            deadline = Instant::now() + idle;
+            continue;
+        }
+        wait(tls.socket(), want_c, backend, want_b, deadline, idle).await?;
+    }
+}
+
+fn add(want: &mut Option<Interest>, i: Interest) {
+    *want = Some(want.map_or(i, |w| w | i));
+}
+
+/// Sleep until a wanted readiness, or the idle deadline. A side we want
+/// nothing from is not polled at all: its error readiness (after a reset)
+/// would stay set and turn this loop into a spin; its errors surface at the
+/// next operation on it instead.
+async fn wait(
+    client: &tokio::net::TcpStream,
+    want_c: Option<Interest>,
+    backend: &Backend,
+    want_b: Option<Interest>,
+    deadline: Instant,
+    idle: Duration,
+) -> Result<(), RelayError> {
+    let c = async {
+        match want_c {
+            Some(i) => client.ready(i).await.map(drop),
+            None => std::future::pending().await,
+        }
+    };
+    let b = async {
+        match want_b {
+            Some(i) => backend.ready(i).await.map(drop),
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        // The deadline first: no busy loop can outlive the idle timeout.
+        biased;
+        _ = tokio::time::sleep_until(deadline) => return Err(RelayError::Idle(idle)),
+        r = c => r.map_err(TransportError::from)?,
+        r = b => r.map_err(RelayError::Backend)?,
+    }
+    Ok(())
+}

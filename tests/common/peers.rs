@@ -1,0 +1,152 @@
+//! Real peers for the proxy tests: backends written here (echo, sink,
+//! reporter, closer) and Debian's nginx and HAProxy with PROXY protocol.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A backend thread pool: one thread per connection running `handler`.
+pub fn backend(handler: fn(TcpStream)) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            std::thread::spawn(move || handler(c));
+        }
+    });
+    addr
+}
+
+/// Echo everything; at EOF shut down our write side (half-close).
+pub fn echo(mut c: TcpStream) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if c.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = c.shutdown(Shutdown::Write);
+}
+
+/// Read to EOF, then answer with the byte count and SHA-256 of what came.
+pub fn reporter(mut c: TcpStream) {
+    let mut all = Vec::new();
+    let _ = c.read_to_end(&mut all);
+    let _ = write!(c, "{} {}", all.len(), super::sha256(&all));
+    let _ = c.shutdown(Shutdown::Write);
+}
+
+/// Send a greeting and close our side at once, then read to EOF and
+/// answer nothing (the client's bytes are counted by the reporter variant).
+pub fn greeter(mut c: TcpStream) {
+    let _ = c.write_all(b"hello from the backend\n");
+    let _ = c.shutdown(Shutdown::Write);
+    let mut sink = Vec::new();
+    let _ = c.read_to_end(&mut sink);
+}
+
+/// Accept and never read (a stuck backend).
+pub fn sink(c: TcpStream) {
+    std::thread::sleep(Duration::from_secs(60));
+    drop(c);
+}
+
+/// Read a little, then close mid-stream.
+pub fn closer(mut c: TcpStream) {
+    let mut buf = [0u8; 1000];
+    let _ = c.read(&mut buf);
+    let _ = c.write_all(b"partial");
+    drop(c);
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("nothing listens on port {port}");
+}
+
+/// A peer process, killed on drop.
+pub struct Peer {
+    child: Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// nginx on a plain port with `listen ... proxy_protocol`, answering every
+/// request with the client address it got from the PROXY header.
+pub fn nginx_proxy_protocol() -> Peer {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let d = dir.path().display();
+    let conf = format!(
+        "daemon off;\nmaster_process off;\nerror_log {d}/error.log;\npid {d}/nginx.pid;\nevents {{ worker_connections 64; }}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};\n  server {{\n    listen 127.0.0.1:{port} proxy_protocol;\n    location / {{ default_type text/plain; return 200 \"$proxy_protocol_addr $proxy_protocol_port\\n\"; }}\n  }}\n}}\n"
+    );
+    std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+    let child = Command::new("nginx")
+        .arg("-p")
+        .arg(dir.path())
+        .arg("-c")
+        .arg(dir.path().join("nginx.conf"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("run nginx (apt-get install nginx)");
+    wait_for_port(port);
+    Peer {
+        child,
+        port,
+        _dir: dir,
+    }
+}
+
+/// HAProxy with `accept-proxy`, answering with the client address and the
+/// authority (SNI) TLV it got from the PROXY header.
+pub fn haproxy_accept_proxy() -> Peer {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let conf = format!(
+        "global\n  maxconn 100\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 10s\n  timeout server 10s\nfrontend fe\n  bind 127.0.0.1:{port} accept-proxy\n  http-request return status 200 content-type text/plain lf-string \"%[src] %[src_port] authority=%[fc_pp_authority]\\n\"\n"
+    );
+    let cfg = dir.path().join("haproxy.cfg");
+    std::fs::write(&cfg, conf).unwrap();
+    let child = Command::new("haproxy")
+        .arg("-db")
+        .arg("-f")
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("run haproxy (apt-get install haproxy)");
+    wait_for_port(port);
+    Peer {
+        child,
+        port,
+        _dir: dir,
+    }
+}

@@ -1,0 +1,421 @@
+//! End-to-end tests of `tlsfront proxy` with real peers: echo and other
+//! backends written here, nginx (`listen ... proxy_protocol`) and HAProxy
+//! (`accept-proxy`) reading our PROXY v1/v2 headers, curl and a rustls
+//! client that half-closes. On a kernel with kTLS the same tests prove the
+//! kTLS + splice path (`/proc/net/tls_stat`, tlsfront's counters).
+
+mod common;
+
+use common::peers::{self, backend};
+use common::*;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn client_config(ca: &std::path::Path) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    )
+}
+
+/// One TLS session through the proxy: optional raw bytes before TLS (a
+/// PROXY header), then send `payload`, half-close with close_notify, and
+/// read until the proxy closes. Returns what came back.
+async fn session(
+    port: u16,
+    ca: &std::path::Path,
+    preamble: &[u8],
+    payload: &[u8],
+) -> std::io::Result<Vec<u8>> {
+    let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    tcp.write_all(preamble).await?;
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(client_config(ca))
+        .connect(name, tcp)
+        .await?;
+    let (mut r, mut w) = tokio::io::split(tls);
+    let writer = async {
+        w.write_all(payload).await?;
+        w.shutdown().await?; // close_notify, then FIN
+        Ok::<_, std::io::Error>(())
+    };
+    let reader = async {
+        let mut out = Vec::new();
+        r.read_to_end(&mut out).await?;
+        Ok::<_, std::io::Error>(out)
+    };
+    let (w, out) = tokio::join!(writer, reader);
+    w?;
+    out
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn echo_every_size_both_ways() {
+    let _g = serial();
+    let echo = backend(peers::echo).to_string();
+    let server = Server::proxy(&echo, &[]);
+    let rt = rt();
+    let mut sizes: Vec<usize> = SIZES.to_vec();
+    sizes.push(3 * 65536 + 7);
+    for (i, size) in sizes.iter().enumerate() {
+        let data = content(*size, 100 + i as u64);
+        let stat = StatDelta::start();
+        let back = rt
+            .block_on(async {
+                tokio::time::timeout(
+                    Duration::from_secs(120),
+                    session(server.port, &server.ca(), b"", &data),
+                )
+                .await
+            })
+            .expect("echo timed out")
+            .unwrap_or_else(|e| panic!("size {size}: {e}"));
+        assert_eq!(back.len(), data.len(), "size {size}");
+        assert_eq!(sha256(&back), sha256(&data), "size {size}: echo differs");
+        stat.assert_connections(1);
+    }
+    let report = server.stop_and_check_path(sizes.len() as u64);
+    assert!(report.contains("errors: none"), "{report}");
+}
+
+#[test]
+fn half_close_each_way() {
+    let rt = rt();
+    // Client finishes first: the backend sees EOF, then still answers.
+    let reporter = backend(peers::reporter).to_string();
+    let server = Server::proxy(&reporter, &[]);
+    let data = content(5 << 20, 7);
+    let back = rt
+        .block_on(session(server.port, &server.ca(), b"", &data))
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&back),
+        format!("{} {}", data.len(), sha256(&data))
+    );
+    server.stop_and_check_path(1);
+
+    // Backend finishes first: the client gets its bytes and close_notify,
+    // and can still send afterwards.
+    let greeter = backend(peers::greeter).to_string();
+    let server = Server::proxy(&greeter, &[]);
+    let back = rt
+        .block_on(async {
+            let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", server.port)).await?;
+            tcp.write_all(b"").await?;
+            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            let mut tls = tokio_rustls::TlsConnector::from(client_config(&server.ca()))
+                .connect(name, tcp)
+                .await?;
+            let mut got = Vec::new();
+            tls.read_to_end(&mut got).await?; // ends with the proxy's close_notify
+            tls.write_all(b"still talking after the backend closed")
+                .await?;
+            tls.shutdown().await?;
+            Ok::<_, std::io::Error>(got)
+        })
+        .unwrap();
+    assert_eq!(back, b"hello from the backend\n");
+    let (_, report) = server.stop();
+    assert!(report.contains("bytes in: ktls"), "{report}");
+}
+
+#[test]
+fn many_concurrent_clients() {
+    let echo = backend(peers::echo).to_string();
+    let server = Server::proxy(&echo, &[]);
+    let rt = rt();
+    let ca = server.ca();
+    let port = server.port;
+    let local = tokio::task::LocalSet::new();
+    let results = local.block_on(&rt, async {
+        let handles: Vec<_> = (0..40u64)
+            .map(|i| {
+                let ca = ca.clone();
+                tokio::task::spawn_local(async move {
+                    let data = content(64 * 1024 + i as usize * 1000, i);
+                    let back = session(port, &ca, b"", &data).await?;
+                    Ok::<_, std::io::Error>(sha256(&back) == sha256(&data))
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for h in handles {
+            out.push(h.await.expect("task"));
+        }
+        out
+    });
+    assert_eq!(
+        results.iter().filter(|r| matches!(r, Ok(true))).count(),
+        40,
+        "{results:?}"
+    );
+    server.stop_and_check_path(40);
+}
+
+#[test]
+fn unix_socket_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("echo.sock");
+    let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut c = c;
+                let mut all = Vec::new();
+                let _ = std::io::Read::read_to_end(&mut c, &mut all);
+                let _ = std::io::Write::write_all(&mut c, &all);
+            });
+        }
+    });
+    let server = Server::proxy(path.to_str().unwrap(), &[]);
+    let data = content(300_000, 3);
+    let back = rt()
+        .block_on(session(server.port, &server.ca(), b"", &data))
+        .unwrap();
+    assert_eq!(sha256(&back), sha256(&data));
+    server.stop_and_check_path(1);
+}
+
+#[test]
+fn write_proxy_v1_and_v2_read_by_nginx_and_haproxy() {
+    let nginx = peers::nginx_proxy_protocol();
+    let haproxy = peers::haproxy_accept_proxy();
+    for (peer, version) in [
+        (&nginx, "v1"),
+        (&nginx, "v2"),
+        (&haproxy, "v1"),
+        (&haproxy, "v2"),
+    ] {
+        let backend = format!("127.0.0.1:{}", peer.port);
+        let server = Server::proxy(&backend, &["--write-proxy", version, "--alpn", "http/1.1"]);
+        let url = format!("https://localhost:{}/", server.port);
+        let resolve = format!("localhost:{}:127.0.0.1", server.port);
+        let out = std::process::Command::new("curl")
+            .arg("--cacert")
+            .arg(server.ca())
+            .args([
+                "-sS",
+                "--resolve",
+                &resolve,
+                "-w",
+                "|%{local_ip} %{local_port}",
+                &url,
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, real) = text.split_once('|').unwrap_or(("", ""));
+        assert!(
+            !real.is_empty(),
+            "{version}: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The backend saw the client's real address and port.
+        assert!(
+            body.starts_with(real),
+            "{version} via port {}: backend said {body:?}, client is {real}",
+            peer.port
+        );
+        if std::ptr::eq(peer, &haproxy) && version == "v2" {
+            assert!(body.contains("authority=localhost"), "SNI TLV: {body}");
+        }
+        server.stop_and_check_path(1);
+    }
+}
+
+#[test]
+fn accept_proxy_passes_the_original_client_on() {
+    let nginx = peers::nginx_proxy_protocol();
+    let backend = format!("127.0.0.1:{}", nginx.port);
+    let server = Server::proxy(&backend, &["--accept-proxy", "--write-proxy", "v2"]);
+    let rt = rt();
+    let req = b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    // v1 from the load balancer.
+    let v1 = b"PROXY TCP4 192.0.2.9 127.0.0.1 5555 443\r\n";
+    let back = rt
+        .block_on(session(server.port, &server.ca(), v1, req))
+        .unwrap();
+    let back = String::from_utf8_lossy(&back);
+    assert!(back.ends_with("192.0.2.9 5555\n"), "{back}");
+    // v2, IPv6 client.
+    let mut v2 = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    v2.extend_from_slice(&[0x21, 0x21, 0, 36]);
+    v2.extend_from_slice(
+        &"2001:db8::7"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+            .octets(),
+    );
+    v2.extend_from_slice(&std::net::Ipv6Addr::LOCALHOST.octets());
+    v2.extend_from_slice(&[0x1f, 0x90, 0x01, 0xbb]);
+    let back = rt
+        .block_on(session(server.port, &server.ca(), &v2, req))
+        .unwrap();
+    let back = String::from_utf8_lossy(&back);
+    assert!(back.ends_with("2001:db8::7 8080\n"), "{back}");
+    // No header at all: refused (nothing reaches the backend).
+    let r = rt.block_on(session(server.port, &server.ca(), b"", req));
+    assert!(
+        r.is_err() || r.as_ref().is_ok_and(|b| b.is_empty()),
+        "{r:?}"
+    );
+    let (_, report) = server.stop();
+    assert!(report.contains("proxy_header 1"), "{report}");
+
+    // A source outside --proxy-from is refused before TLS.
+    let server = Server::proxy(&backend, &["--accept-proxy", "--proxy-from", "10.0.0.0/8"]);
+    let r = rt.block_on(session(server.port, &server.ca(), v1, req));
+    assert!(r.is_err(), "{r:?}");
+    let (_, report) = server.stop();
+    assert!(report.contains("proxy_untrusted 1"), "{report}");
+}
+
+#[test]
+fn backend_down_gives_a_tls_close_not_a_hang() {
+    let port = peers::free_port();
+    let server = Server::proxy(&format!("127.0.0.1:{port}"), &[]);
+    let started = std::time::Instant::now();
+    for _ in 0..3 {
+        // A clean TLS close (close_notify): no data, no error.
+        let back = rt().block_on(async {
+            let tcp = tokio::net::TcpStream::connect(("127.0.0.1", server.port)).await?;
+            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            let mut tls = tokio_rustls::TlsConnector::from(client_config(&server.ca()))
+                .connect(name, tcp)
+                .await?;
+            let mut got = Vec::new();
+            tls.read_to_end(&mut got).await?;
+            Ok::<_, std::io::Error>(got)
+        });
+        assert_eq!(back.unwrap(), b"");
+    }
+    // A client that talks first also gets the close, not a hang.
+    let r = rt().block_on(async {
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            session(server.port, &server.ca(), b"", b"anyone there?"),
+        )
+        .await
+    });
+    assert!(r.is_ok(), "client hung");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let (_, report) = server.stop();
+    assert!(report.contains("backend_refused 4"), "{report}");
+}
+
+#[test]
+fn stuck_backend_exerts_backpressure_and_idle_timeout_closes() {
+    let sink = backend(peers::sink).to_string();
+    let server = Server::proxy(&sink, &["--idle-timeout", "2"]);
+    let before = server.rss_kib();
+    let data = content(64 << 20, 5);
+    let started = std::time::Instant::now();
+    let r = rt().block_on(async {
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            session(server.port, &server.ca(), b"", &data),
+        )
+        .await
+    });
+    let after = server.rss_kib();
+    // The proxy closed the connection (idle), the client did not hang.
+    assert!(r.is_ok(), "client hung on a stuck backend");
+    assert!(
+        r.unwrap().is_err(),
+        "the client could not have sent 64 MiB into a stuck backend"
+    );
+    assert!(started.elapsed() < Duration::from_secs(25));
+    // Bounded buffers: memory did not grow with the 64 MiB offered.
+    assert!(
+        after < before + 16 * 1024,
+        "RSS grew from {before} KiB to {after} KiB"
+    );
+    let (_, report) = server.stop();
+    assert!(report.contains("idle_timeout 1"), "{report}");
+}
+
+#[test]
+fn backend_closing_mid_stream() {
+    let closer = backend(peers::closer).to_string();
+    let server = Server::proxy(&closer, &["--idle-timeout", "5"]);
+    let rt = rt();
+    for payload in [content(4 << 20, 11), Vec::new()] {
+        let r = rt.block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(20),
+                session(server.port, &server.ca(), b"", &payload),
+            )
+            .await
+        });
+        let r = r.expect("client hung after the backend closed");
+        // Either the partial answer and a close, or a reset while sending.
+        if let Ok(b) = &r {
+            assert_eq!(b, b"partial");
+        }
+    }
+    assert_idle(&server);
+    let (status, _) = server.stop();
+    assert!(status.success());
+}
+
+#[test]
+fn client_abort_costs_only_its_connection() {
+    let echo = backend(peers::echo).to_string();
+    let server = Server::proxy(&echo, &["--idle-timeout", "5"]);
+    let rt = rt();
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", server.port))
+            .await
+            .unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(client_config(&server.ca()))
+            .connect(name, tcp)
+            .await
+            .unwrap();
+        tls.write_all(&content(100_000, 1)).await.unwrap();
+        drop(tls); // no close_notify, just gone
+    });
+    let data = content(50_000, 2);
+    let back = rt
+        .block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(10),
+                session(server.port, &server.ca(), b"", &data),
+            )
+            .await
+        })
+        .expect("client hung")
+        .unwrap();
+    assert_eq!(back, data);
+    assert_idle(&server);
+    let (status, _) = server.stop();
+    assert!(status.success());
+}
+
+/// With nothing left to do the proxy must sleep, not spin (a reset
+/// socket's error readiness once kept a relay loop busy).
+fn assert_idle(server: &Server) {
+    std::thread::sleep(Duration::from_millis(300));
+    let before = server.cpu_ticks();
+    std::thread::sleep(Duration::from_millis(1500));
+    let used = server.cpu_ticks() - before;
+    assert!(used < 30, "idle proxy used {used} CPU ticks in 1.5 s");
+}
