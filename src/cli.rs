@@ -12,11 +12,14 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+#[allow(clippy::large_enum_variant)] // parsed once; boxing buys nothing
 pub enum Command {
     /// Serve a directory over HTTPS (HTTP/1.1).
     Serve(ServeArgs),
     /// Show what this kernel's TLS offload can do, and how to fix each "no".
     Check,
+    /// Measure an HTTPS server (download, tps, requests).
+    Bench(crate::bench::BenchArgs),
 }
 
 #[derive(Args, Debug, Default)]

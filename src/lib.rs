@@ -8,6 +8,7 @@
 //! responses), [`files`] (the document root), [`server`] (workers and
 //! connections), [`config`], [`metrics`].
 
+pub mod bench;
 pub mod check;
 pub mod cli;
 pub mod config;
