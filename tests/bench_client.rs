@@ -495,15 +495,25 @@ fn bad_targets_give_one_clear_line() {
         &["download", &server.url("/missing"), "--insecure"],
         "404 Not Found",
     );
+    let dir = tempfile::tempdir().unwrap();
+    let untouched = dir.path().join("untouched.json");
     fails_with(
-        &["download", &url, "--insecure", "--cipher", "RC4"],
+        &[
+            "download",
+            &url,
+            "--insecure",
+            "--cipher",
+            "RC4",
+            "--json",
+            untouched.to_str().unwrap(),
+        ],
         "TLS13_AES_128_GCM_SHA256",
     );
+    assert!(!untouched.exists(), "no output file for a bad command line");
     fails_with(
         &["download", &url, "--ca", "/nonexistent/ca.pem"],
         "cannot read CA file",
     );
-    let dir = tempfile::tempdir().unwrap();
     let bad_json = dir.path().join("no/such/dir/out.json");
     fails_with(
         &[

@@ -192,20 +192,21 @@ pub async fn resolve(target: &Target) -> Result<Vec<SocketAddr>, ClientError> {
     Ok(addrs)
 }
 
-/// The result of the pre-flight request.
+/// The result of the pre-flight connection.
 pub struct Probe {
     /// The address every measured connection will use.
     pub addr: SocketAddr,
     pub info: ConnInfo,
-    pub response: Response,
 }
 
-/// Resolve the target, find an address that accepts connections, and do one
-/// GET there on a connection that leaves the session cache untouched.
+/// Resolve the target, find an address that accepts connections, and
+/// handshake there (then, with `get`, do one GET) on a connection that
+/// leaves the session cache untouched.
 pub async fn probe(
     target: &Target,
     cfg: &ClientConfig,
     timeout: Duration,
+    get: bool,
 ) -> Result<Probe, ClientError> {
     let connector = TlsConnector::from(super::tls::without_resumption(cfg));
     let request = http::get_request(target);
@@ -224,16 +225,14 @@ pub async fn probe(
             Ok(Err(e)) => return Err(e),
             Ok(Ok(conn)) => conn,
         };
-        let response = tokio::time::timeout(timeout, conn.get(&request, None))
-            .await
-            .map_err(|_| ClientError::Timeout(timeout))??;
+        if get {
+            tokio::time::timeout(timeout, conn.get(&request, None))
+                .await
+                .map_err(|_| ClientError::Timeout(timeout))??;
+        }
         let info = conn.info.clone();
         conn.close().await;
-        return Ok(Probe {
-            addr,
-            info,
-            response,
-        });
+        return Ok(Probe { addr, info });
     }
     Err(last.unwrap_or(ClientError::NoAddress {
         host: target.host.clone(),

@@ -123,11 +123,14 @@ impl Setup {
     }
 }
 
-async fn setup(
-    url: &str,
-    common: &CommonArgs,
-    probe_timeout: Duration,
-) -> Result<Setup, BenchError> {
+/// The target and TLS configuration, before any network traffic.
+struct Prepared {
+    target: Target,
+    config: Arc<ClientConfig>,
+    settings: serde_json::Value,
+}
+
+fn prepare(url: &str, common: &CommonArgs) -> Result<Prepared, BenchError> {
     let target = url::parse(url)?;
     let trust = match (&common.ca, common.insecure) {
         (_, true) => Trust::Insecure,
@@ -141,12 +144,6 @@ async fn setup(
         resume: !common.no_resume,
     };
     let config = tls::client_config(&choice)?;
-    let probe = client::probe(&target, &config, probe_timeout)
-        .await
-        .map_err(|source| BenchError::Target {
-            url: target.url.clone(),
-            source,
-        })?;
     let settings = json!({
         "url": target.url,
         "tls_version": common.tls_version.map(|v| v.flag()).unwrap_or("1.3,1.2"),
@@ -158,11 +155,27 @@ async fn setup(
         },
         "resumption": !common.no_resume,
     });
-    Ok(Setup {
+    Ok(Prepared {
         target,
         config,
-        probe,
         settings,
+    })
+}
+
+/// Probe the target: any connection, TLS or HTTP problem ends the run here
+/// with one clear error. `get`: also check that a GET succeeds.
+async fn setup(p: Prepared, timeout: Duration, get: bool) -> Result<Setup, BenchError> {
+    let probe = client::probe(&p.target, &p.config, timeout, get)
+        .await
+        .map_err(|source| BenchError::Target {
+            url: p.target.url.clone(),
+            source,
+        })?;
+    Ok(Setup {
+        target: p.target,
+        config: p.config,
+        probe,
+        settings: p.settings,
     })
 }
 
@@ -228,11 +241,13 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
             .unwrap_or(1),
     };
     // Check everything that needs no network before creating output files.
-    let _ = url::parse(match &args.mode {
-        Mode::Download(a) => &a.url,
-        Mode::Tps(a) => &a.url,
-        Mode::Requests(a) => &a.url,
-    })?;
+    let (url, timeout) = match &args.mode {
+        Mode::Download(a) => (&a.url, a.timeout),
+        Mode::Tps(a) => (&a.url, a.timeout),
+        Mode::Requests(a) => (&a.url, a.timeout),
+    };
+    let timeout = seconds("--timeout", timeout)?;
+    let prepared = prepare(url, &common)?;
     let outputs = report::Outputs::open(&common.json, &common.chart)?;
     raise_open_files_limit();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -242,18 +257,11 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
         .map_err(BenchError::Runtime)?;
     let result = rt.block_on(async {
         match &args.mode {
-            Mode::Download(a) => {
-                let s = setup(&a.url, &a.common, seconds("--timeout", a.timeout)?).await?;
-                download::run(a, &s).await
-            }
-            Mode::Tps(a) => {
-                let s = setup(&a.url, &a.common, seconds("--timeout", a.timeout)?).await?;
-                tps::run(a, &s).await
-            }
-            Mode::Requests(a) => {
-                let s = setup(&a.url, &a.common, seconds("--timeout", a.timeout)?).await?;
-                requests::run(a, &s).await
-            }
+            // The first download checks the GET; a probe GET would fetch a
+            // possibly huge file once more.
+            Mode::Download(a) => download::run(a, &setup(prepared, timeout, false).await?).await,
+            Mode::Tps(a) => tps::run(a, &setup(prepared, timeout, true).await?).await,
+            Mode::Requests(a) => requests::run(a, &setup(prepared, timeout, true).await?).await,
         }
     });
     rt.shutdown_timeout(Duration::from_secs(1));

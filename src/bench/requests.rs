@@ -254,6 +254,13 @@ fn outcome(args: &RequestsArgs, setup: &Setup, workers: Vec<Worker>) -> Outcome 
         "{}; {connects} connections opened ({resumed} resumed)\n",
         setup.describe()
     );
+    let reconnects = connects.saturating_sub(u64::from(args.connections));
+    if reconnects > 0 {
+        let _ = writeln!(
+            t,
+            "note: {reconnects} reconnections (the server closed connections or requests failed); connecting is not in the latency\n"
+        );
+    }
     let _ = writeln!(t, "requests  {requests}  ({} req/s)", f(rate, 1));
     let _ = writeln!(t, "errors    {error_count}");
     for (kind, (n, example)) in &errors {

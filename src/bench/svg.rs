@@ -22,7 +22,20 @@ pub enum Axis {
 pub enum Style {
     Line,
     Dashed,
+    /// A wide, pale line: stays visible under a line that coincides with it.
+    Wide,
     Bars,
+}
+
+impl Style {
+    /// Stroke attributes of a line style.
+    fn stroke(self) -> &'static str {
+        match self {
+            Style::Dashed => r#" stroke-width="2" stroke-dasharray="6,4""#,
+            Style::Wide => r#" stroke-width="6" stroke-opacity="0.35""#,
+            Style::Line | Style::Bars => r#" stroke-width="2""#,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -284,22 +297,18 @@ impl Chart {
                 Axis::Right => (y2_lo, y2_hi),
             };
             match s.style {
-                Style::Line | Style::Dashed => {
+                Style::Line | Style::Dashed | Style::Wide => {
                     let coords: Vec<String> = pts
                         .iter()
                         .map(|&(x, y)| {
                             format!("{:.1},{:.1}", frame.x(x, x_lo, x_hi), frame.y(y, lo, hi))
                         })
                         .collect();
-                    let dash = if s.style == Style::Dashed {
-                        r#" stroke-dasharray="6,4""#
-                    } else {
-                        ""
-                    };
                     let _ = writeln!(
                         o,
-                        r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"{dash}/>"#,
-                        coords.join(" ")
+                        r#"<polyline points="{}" fill="none" stroke="{color}"{}/>"#,
+                        coords.join(" "),
+                        s.style.stroke()
                     );
                 }
                 Style::Bars => {
@@ -327,14 +336,10 @@ impl Chart {
                 Style::Bars => {
                     format!(r#"<rect x="{x:.1}" y="40" width="18" height="10" fill="{color}"/>"#)
                 }
-                Style::Line | Style::Dashed => format!(
-                    r#"<line x1="{x:.1}" y1="45" x2="{:.1}" y2="45" stroke="{color}" stroke-width="2"{}/>"#,
+                Style::Line | Style::Dashed | Style::Wide => format!(
+                    r#"<line x1="{x:.1}" y1="45" x2="{:.1}" y2="45" stroke="{color}"{}/>"#,
                     x + 18.0,
-                    if s.style == Style::Dashed {
-                        r#" stroke-dasharray="6,4""#
-                    } else {
-                        ""
-                    }
+                    s.style.stroke()
                 ),
             };
             let side = if s.axis == Axis::Right && has_right {
@@ -503,7 +508,7 @@ pub(crate) mod tests {
                 Series::new(
                     "attempted",
                     vec![(0.0, 5.0), (1.0, 10.0), (2.0, 15.0)],
-                    Style::Line,
+                    Style::Wide,
                     Axis::Left,
                 ),
                 Series::new(
@@ -530,6 +535,11 @@ pub(crate) mod tests {
         let svg = chart.to_svg();
         let names = check_xml(&svg).unwrap_or_else(|e| panic!("{e}\n{svg}"));
         assert_eq!(names[0], "svg");
+        assert_eq!(
+            svg.matches("stroke-opacity=\"0.35\"").count(),
+            2,
+            "wide series + swatch"
+        );
         assert_eq!(
             svg.matches("<polyline").count(),
             1 + 3,
