@@ -518,7 +518,7 @@ fn outcome(
             Series::new(
                 "attempted",
                 xs(&|s| s.attempted as f64),
-                Style::Line,
+                Style::Wide,
                 Axis::Left,
             ),
             Series::new(
