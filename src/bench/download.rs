@@ -23,10 +23,12 @@ pub struct DownloadArgs {
     /// https:// URL of the file to download.
     pub url: String,
     /// Number of runs.
-    #[arg(long, default_value_t = 10, value_name = "N")]
+    #[arg(long, default_value_t = 10, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub runs: u32,
     /// Parallel downloads in each run, each on its own new connection.
-    #[arg(short = 'c', long, default_value_t = 1, value_name = "C")]
+    #[arg(short = 'c', long, default_value_t = 1, value_name = "C",
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub connections: u32,
     /// Fail when the server sends nothing for SECS (connect, handshake or body).
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
@@ -113,11 +115,6 @@ async fn one(
 }
 
 pub async fn run(args: &DownloadArgs, setup: &Setup) -> Result<Outcome, BenchError> {
-    if args.runs == 0 || args.connections == 0 {
-        return Err(BenchError::Invalid(
-            "--runs and --connections must be at least 1".into(),
-        ));
-    }
     let idle = super::seconds("--timeout", args.timeout)?;
     let shared = Arc::new((
         setup.target.clone(),

@@ -20,6 +20,7 @@ use clap::{Args, Subcommand};
 use client::{ClientError, Probe};
 use rustls::ClientConfig;
 use serde_json::json;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,7 +74,8 @@ pub struct CommonArgs {
     #[arg(long)]
     pub no_resume: bool,
     /// Client runtime threads [default: number of cores].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     pub threads: Option<usize>,
     /// Write every raw series and summary as JSON to FILE.
     #[arg(long, value_name = "FILE")]
@@ -234,7 +236,6 @@ fn raise_open_files_limit() {
 pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     let common = args.mode.common().clone();
     let threads = match common.threads {
-        Some(0) => return Err(BenchError::Invalid("--threads must be at least 1".into())),
         Some(n) => n,
         None => std::thread::available_parallelism()
             .map(|n| n.get())
@@ -266,7 +267,11 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     });
     rt.shutdown_timeout(Duration::from_secs(1));
     let outcome = result?;
-    print!("{}", outcome.table);
+    // A closed stdout (`| head`) is not worth a failure: the files still get written.
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout
+        .write_all(outcome.table.as_bytes())
+        .and_then(|_| stdout.flush());
     outputs.write(&outcome)?;
     Ok(())
 }
@@ -359,5 +364,37 @@ mod tests {
                 .is_err()
         );
         assert!(Top::try_parse_from(["bench", "tps", "https://h/", "--ramp", "5:x:10"]).is_err());
+        for zero in [
+            ["download", "https://h/", "--runs", "0"],
+            ["download", "https://h/", "-c", "0"],
+            ["requests", "https://h/", "-c", "0"],
+            ["download", "https://h/", "--threads", "0"],
+            ["download", "https://h/", "--threads", "5000"],
+        ] {
+            assert!(
+                Top::try_parse_from(std::iter::once("bench").chain(zero)).is_err(),
+                "{zero:?}"
+            );
+        }
+        assert!(Top::try_parse_from([
+            "bench",
+            "tps",
+            "https://h/",
+            "--ramp",
+            "1:1:1",
+            "--step-seconds",
+            "0"
+        ])
+        .is_err());
+        assert!(Top::try_parse_from([
+            "bench",
+            "tps",
+            "https://h/",
+            "--ramp",
+            "1:1:1",
+            "--requests-per-session",
+            "0"
+        ])
+        .is_err());
     }
 }

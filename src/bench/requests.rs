@@ -25,7 +25,8 @@ pub struct RequestsArgs {
     /// https:// URL to request.
     pub url: String,
     /// Connections, each sending one request after another.
-    #[arg(short = 'c', long, default_value_t = 10, value_name = "CONNS")]
+    #[arg(short = 'c', long, default_value_t = 10, value_name = "CONNS",
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub connections: u32,
     /// How long to run: 30 (seconds), 30s, 500ms, 2m.
     #[arg(short = 'd', long, default_value = "10s", value_parser = super::parse_duration, value_name = "DURATION")]
@@ -162,11 +163,6 @@ async fn worker(ctx: Arc<Ctx>, t0: Instant, deadline: Instant) -> Worker {
 }
 
 pub async fn run(args: &RequestsArgs, setup: &Setup) -> Result<Outcome, BenchError> {
-    if args.connections == 0 {
-        return Err(BenchError::Invalid(
-            "--connections must be at least 1".into(),
-        ));
-    }
     let ctx = Arc::new(Ctx {
         target: setup.target.clone(),
         addr: setup.probe.addr,
