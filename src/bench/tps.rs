@@ -296,6 +296,7 @@ pub async fn run(args: &TpsArgs, setup: &Setup) -> Result<Outcome, BenchError> {
         })
         .collect();
     let mut errors: BTreeMap<&'static str, ErrorCount> = BTreeMap::new();
+    let mut failed_so_far = 0u64;
     while let Some(done) = rx.recv().await {
         let sec = done.start.as_secs();
         while seconds.len() as u64 <= sec {
@@ -322,6 +323,7 @@ pub async fn run(args: &TpsArgs, setup: &Setup) -> Result<Outcome, BenchError> {
             Err((kind, message)) => {
                 s.failed += 1;
                 st.failed += 1;
+                failed_so_far += 1;
                 errors
                     .entry(kind)
                     .or_insert(ErrorCount {
@@ -336,9 +338,8 @@ pub async fn run(args: &TpsArgs, setup: &Setup) -> Result<Outcome, BenchError> {
         bar.set_position(elapsed);
         let step = usize::try_from(elapsed / u64::from(args.step_seconds)).unwrap_or(0);
         bar.set_message(format!(
-            "rate {}/s, failed {}",
+            "rate {}/s, failed {failed_so_far}",
             rates.get(step).or(rates.last()).copied().unwrap_or(0),
-            steps.iter().map(|s| s.failed).sum::<u64>()
         ));
     }
     let _ = generator.await;
