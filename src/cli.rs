@@ -25,6 +25,8 @@ pub enum Command {
     Proxy(Box<crate::proxy::ProxyArgs>),
     /// Show what this kernel's TLS offload can do, and how to fix each "no".
     Check,
+    /// Measure an HTTPS server (download, tps, requests).
+    Bench(Box<crate::bench::BenchArgs>),
 }
 
 #[derive(Args, Debug, Default)]

@@ -9,6 +9,7 @@
 //! connections), [`proxy`] (TLS termination for TCP backends),
 //! [`config`], [`metrics`].
 
+pub mod bench;
 pub mod check;
 pub mod cli;
 pub mod config;

@@ -41,6 +41,13 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Bench(args) => match tlsfront::bench::run(*args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tlsfront: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Check => {
             let (text, all) = tlsfront::check::report(&tlsfront::ktls::Support::probe());
             print!("{text}");
