@@ -69,8 +69,8 @@ impl Service for StaticFiles {
     async fn serve(&self, front: &Front, tls: Tls, _info: ConnInfo, stop: watch::Receiver<bool>) {
         let cx = Ctx { files: self, front };
         match tls {
-            Tls::Kernel(k) => session(*k, &cx, stop).await,
-            Tls::User(u) => session(*u, &cx, stop).await,
+            Tls::Kernel(k) => session(k, &cx, stop).await,
+            Tls::User(u) => session(u, &cx, stop).await,
         }
     }
 }
@@ -200,7 +200,7 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
                 buf.copy_within(in_buf..filled, 0);
                 filled -= in_buf;
                 let mut left = n - in_buf as u64;
-                let mut scratch = [0u8; 4096];
+                let mut scratch = vec![0u8; 4096];
                 while left > 0 {
                     let want = (left as usize).min(scratch.len());
                     match timeout_at(deadline, t.read(&mut scratch[..want])).await {

@@ -56,7 +56,9 @@ pub async fn handshake(
     sock: &mut TcpStream,
     mut conn: UnbufferedServerConnection,
 ) -> Result<Handshaken, HandshakeError> {
-    let mut incoming = vec![0u8; MAX_RECORD];
+    // Grown record by record (a ClientHello is usually under 2 KiB): a
+    // connection that goes idle after its handshake keeps little memory.
+    let mut incoming = vec![0u8; 2048];
     let mut used = 0usize;
     let mut outgoing: Vec<u8> = Vec::with_capacity(4096);
     let mut early_plaintext = Vec::new();
@@ -104,6 +106,7 @@ pub async fn handshake(
                 sock.write_all(&outgoing).await?;
             }
             incoming.truncate(used);
+            incoming.shrink_to_fit();
             return Ok(Handshaken {
                 conn,
                 pending_tls: incoming,
@@ -162,10 +165,11 @@ async fn flush_alert(
     }
 }
 
-/// Read until `buf[..used]` ends with one more complete record, never past it.
+/// Read until `buf[..used]` ends with one more complete record, never past
+/// it, growing `buf` to fit that record.
 async fn read_one_record(
     sock: &mut TcpStream,
-    buf: &mut [u8],
+    buf: &mut Vec<u8>,
     used: usize,
 ) -> Result<usize, HandshakeError> {
     let mut have = used;
@@ -192,8 +196,11 @@ async fn read_one_record(
         if have >= want && have - start >= 5 {
             return Ok(have - used);
         }
-        if want > buf.len() {
+        if want > 4 * MAX_RECORD {
             return Err(TransportError::Protocol("handshake larger than the record buffer").into());
+        }
+        if want > buf.len() {
+            buf.resize(want, 0);
         }
         sock.readable().await?;
         match sock.try_read(&mut buf[have..want]) {
