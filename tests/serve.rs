@@ -891,3 +891,35 @@ fn sigterm_lets_an_inflight_response_finish() {
     // It drained as soon as the response was done, not at the grace limit.
     assert!(t0.elapsed() < Duration::from_secs(40), "{:?}", t0.elapsed());
 }
+
+#[test]
+fn a_client_that_stops_reading_is_cut_after_the_send_timeout() {
+    let server = Server::start(&["--send-timeout", "1"]);
+    // s_client writes the body to a pipe nobody reads: it soon stops
+    // reading its socket, and our sends stall.
+    let mut child = std::process::Command::new("openssl")
+        .args([
+            "s_client",
+            "-quiet",
+            "-connect",
+            &format!("127.0.0.1:{}", server.port),
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(b"GET /f67108864.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    let (status, report) = server.stop();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(status.success());
+    assert!(report.contains("send_timeout 1"), "{report}");
+}
