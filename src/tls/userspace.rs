@@ -314,7 +314,12 @@ impl Transport for UserTls {
         if self.plain_pos < self.plain.len() || self.peer_closed || self.in_len > 0 {
             return Ok(());
         }
-        self.sock.readable().await?;
+        // Not just `readable()`: tokio keeps a socket marked readable until
+        // an operation sees EAGAIN, which would wake an idle connection at
+        // once (right after the handshake, say) to allocate buffers for
+        // nothing. A one-byte peek waits for real bytes (or EOF).
+        let mut probe = [0u8; 1];
+        self.sock.peek(&mut probe).await?;
         Ok(())
     }
 
