@@ -52,9 +52,15 @@ impl From<rustls::Error> for HandshakeError {
 
 /// Run the handshake on `sock` until rustls reports it may send application
 /// data and has nothing left to send.
+///
+/// `record_by_record`: read exactly one record at a time, so that nothing
+/// after the client's Finished is read (needed before a kTLS handoff);
+/// otherwise read whatever has arrived, saving system calls, and hand any
+/// surplus on in [`Handshaken`].
 pub async fn handshake(
     sock: &mut TcpStream,
     mut conn: UnbufferedServerConnection,
+    record_by_record: bool,
 ) -> Result<Handshaken, HandshakeError> {
     // Grown record by record (a ClientHello is usually under 2 KiB): a
     // connection that goes idle after its handshake keeps little memory.
@@ -115,7 +121,11 @@ pub async fn handshake(
             });
         }
         if need_read {
-            let n = read_one_record(sock, &mut incoming, used).await?;
+            let n = if record_by_record {
+                read_one_record(sock, &mut incoming, used).await?
+            } else {
+                read_some(sock, &mut incoming, used).await?
+            };
             if first_record {
                 // rustls' unbuffered server API does not expose SNI: read it
                 // from the ClientHello record (rustls has already checked
@@ -162,6 +172,29 @@ async fn flush_alert(
     }
     if !out.is_empty() {
         let _ = sock.try_write(out);
+    }
+}
+
+/// Read whatever has arrived (at least one byte) after `buf[..used]`.
+async fn read_some(
+    sock: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    used: usize,
+) -> Result<usize, HandshakeError> {
+    if buf.len() - used < 2048 {
+        if buf.len() >= 4 * MAX_RECORD {
+            return Err(TransportError::Protocol("handshake larger than the record buffer").into());
+        }
+        buf.resize(buf.len() + MAX_RECORD, 0);
+    }
+    loop {
+        sock.readable().await?;
+        match sock.try_read(&mut buf[used..]) {
+            Ok(0) => return Err(HandshakeError::Eof),
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 
