@@ -175,7 +175,7 @@ async fn connection<S: Service>(
         (Some(v), Some(c)) => front.ktls.offloads(v, c),
         _ => false,
     };
-    let buffered = !hs.pending_tls.is_empty() || !hs.early_plaintext.is_empty();
+    let buffered = !hs.pending_tls.is_empty() || !hs.early_plaintext.is_empty() || hs.peer_closed;
     let stall = secs(t.send);
     let info = ConnInfo {
         client,

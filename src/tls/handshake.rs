@@ -28,6 +28,9 @@ pub struct Handshaken {
     pub early_plaintext: Vec<u8>,
     /// The server name the client asked for (SNI), if any.
     pub sni: Option<String>,
+    /// The client's close_notify was read with the handshake (a client
+    /// that sends its data and closes at once).
+    pub peer_closed: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -70,8 +73,10 @@ pub async fn handshake(
     let mut early_plaintext = Vec::new();
     let mut sni = None;
     let mut first_record = true;
+    let mut peer_closed = false;
 
     loop {
+        let conn_handshaking = conn.is_handshaking();
         let UnbufferedStatus { discard, state } = conn.process_tls_records(&mut incoming[..used]);
         let state = match state {
             Ok(s) => s,
@@ -97,6 +102,9 @@ pub async fn handshake(
                 }
             }
             ConnectionState::WriteTraffic(_) => done = true,
+            // rustls reports this once; after the handshake it means the
+            // client already sent its close_notify (data may precede it).
+            ConnectionState::PeerClosed if !conn_handshaking => peer_closed = true,
             ConnectionState::PeerClosed | ConnectionState::Closed => {
                 return Err(HandshakeError::Eof)
             }
@@ -118,6 +126,7 @@ pub async fn handshake(
                 pending_tls: incoming,
                 early_plaintext,
                 sni,
+                peer_closed,
             });
         }
         if need_read {

@@ -58,6 +58,7 @@ enum Want<'a> {
 impl UserTls {
     pub fn new(sock: TcpStream, hs: Handshaken, stall: Duration) -> Self {
         let in_len = hs.pending_tls.len();
+        let peer_closed = hs.peer_closed;
         UserTls {
             sock,
             conn: hs.conn,
@@ -69,7 +70,7 @@ impl UserTls {
             out_pos: 0,
             file_buf: Vec::new(),
             corked: Vec::new(),
-            peer_closed: false,
+            peer_closed,
             stall,
         }
     }
