@@ -19,6 +19,7 @@
 use super::backend::Backend;
 use crate::ktls::stream::{KtlsStream, Recv};
 use crate::metrics::Metrics;
+use crate::tls::outbuf::OutBuf;
 use crate::tls::userspace::UserTls;
 use crate::transport::{Path, Transport, TransportError};
 use rustix::pipe::SpliceFlags;
@@ -225,8 +226,7 @@ pub async fn userspace(
     idle: Duration,
     m: &Metrics,
 ) -> Result<(), RelayError> {
-    let mut c2b: Vec<u8> = Vec::new();
-    let mut c2b_pos = 0usize;
+    let mut c2b = OutBuf::default();
     let mut scratch: Vec<u8> = Vec::new();
     let mut s = Sides::default();
     let mut deadline = Instant::now() + idle;
@@ -239,10 +239,9 @@ pub async fn userspace(
         if !s.client_eof && c2b.len() < WINDOW {
             tls.process()?;
             if tls.pending_plain() > 0 {
-                let start = c2b.len();
-                c2b.resize(WINDOW, 0);
-                let n = tls.take_plaintext(&mut c2b[start..]);
-                c2b.truncate(start + n);
+                let room = WINDOW - c2b.len();
+                let n = tls.take_plaintext(&mut c2b.spare(room)[..room]);
+                c2b.commit(n);
                 m.bytes_in(Path::Userspace, n as u64);
                 moved = true;
             } else if tls.peer_closed() {
@@ -257,15 +256,11 @@ pub async fn userspace(
                 }
             }
         }
-        if c2b_pos < c2b.len() {
-            match backend.try_write(&c2b[c2b_pos..]) {
+        if !c2b.is_empty() {
+            match backend.try_write(c2b.data()) {
                 Ok(n) => {
-                    c2b_pos += n;
+                    c2b.consume(n);
                     moved = true;
-                    if c2b_pos == c2b.len() {
-                        c2b.clear();
-                        c2b_pos = 0;
-                    }
                 }
                 Err(e) if would_block(&e) => add(&mut want_b, Interest::WRITABLE),
                 Err(e) => return Err(RelayError::Backend(e)),
@@ -320,10 +315,7 @@ pub async fn userspace(
         let grace = (Instant::now() + IDLE_GRACE).min(deadline);
         match wait(tls.socket(), want_c, backend, want_b, grace, idle).await {
             Err(RelayError::Idle(_)) if grace < deadline => {
-                if c2b.is_empty() {
-                    c2b = Vec::new();
-                    c2b_pos = 0;
-                }
+                c2b.release();
                 scratch = Vec::new();
                 tls.release_buffers();
                 wait(tls.socket(), want_c, backend, want_b, deadline, idle).await?;

@@ -7,9 +7,10 @@
 //! flight, TLS 1.3 session tickets) is written out before we return, because
 //! the kernel handoff requires an empty send queue.
 
+use super::outbuf::OutBuf;
 use crate::transport::TransportError;
 use rustls::server::UnbufferedServerConnection;
-use rustls::unbuffered::{ConnectionState, EncodeError, UnbufferedStatus};
+use rustls::unbuffered::{ConnectionState, UnbufferedStatus};
 use std::io;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -69,7 +70,7 @@ pub async fn handshake(
     // connection that goes idle after its handshake keeps little memory.
     let mut incoming = vec![0u8; 2048];
     let mut used = 0usize;
-    let mut outgoing: Vec<u8> = Vec::with_capacity(4096);
+    let mut outgoing = OutBuf::default();
     let mut early_plaintext = Vec::new();
     let mut sni = None;
     let mut first_record = true;
@@ -89,10 +90,10 @@ pub async fn handshake(
         let mut done = false;
         let mut need_read = false;
         match state {
-            ConnectionState::EncodeTlsData(mut enc) => encode(&mut enc, &mut outgoing),
+            ConnectionState::EncodeTlsData(mut enc) => outgoing.encode(&mut enc),
             ConnectionState::TransmitTlsData(tx) => {
-                sock.write_all(&outgoing).await?;
-                outgoing.clear();
+                sock.write_all(outgoing.data()).await?;
+                outgoing.consume(outgoing.len());
                 tx.done();
             }
             ConnectionState::BlockedHandshake => need_read = true,
@@ -117,7 +118,7 @@ pub async fn handshake(
         }
         if done {
             if !outgoing.is_empty() {
-                sock.write_all(&outgoing).await?;
+                sock.write_all(outgoing.data()).await?;
             }
             incoming.truncate(used);
             incoming.shrink_to_fit();
@@ -147,40 +148,23 @@ pub async fn handshake(
     }
 }
 
-fn encode(
-    enc: &mut rustls::unbuffered::EncodeTlsData<'_, rustls::server::ServerConnectionData>,
-    out: &mut Vec<u8>,
-) {
-    let start = out.len();
-    out.resize(start + 4096, 0);
-    match enc.encode(&mut out[start..]) {
-        Ok(n) => out.truncate(start + n),
-        Err(EncodeError::InsufficientSize(e)) => {
-            out.resize(start + e.required_size, 0);
-            let n = enc.encode(&mut out[start..]).unwrap_or(0);
-            out.truncate(start + n);
-        }
-        Err(EncodeError::AlreadyEncoded) => out.truncate(start),
-    }
-}
-
 /// After a handshake error rustls may have queued an alert: send it, best
 /// effort, without waiting on a slow peer.
 async fn flush_alert(
     sock: &mut TcpStream,
     conn: &mut UnbufferedServerConnection,
-    out: &mut Vec<u8>,
+    out: &mut OutBuf,
 ) {
     for _ in 0..4 {
         let UnbufferedStatus { state, .. } = conn.process_tls_records(&mut []);
         match state {
-            Ok(ConnectionState::EncodeTlsData(mut enc)) => encode(&mut enc, out),
+            Ok(ConnectionState::EncodeTlsData(mut enc)) => out.encode(&mut enc),
             Ok(ConnectionState::TransmitTlsData(tx)) => tx.done(),
             _ => break,
         }
     }
     if !out.is_empty() {
-        let _ = sock.try_write(out);
+        let _ = sock.try_write(out.data());
     }
 }
 

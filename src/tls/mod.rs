@@ -3,6 +3,7 @@
 //! record-by-record handshake, and the user-space data path.
 
 pub mod handshake;
+pub(crate) mod outbuf;
 mod sni;
 pub mod userspace;
 

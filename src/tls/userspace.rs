@@ -8,9 +8,10 @@
 //! dropped while the connection is idle.
 
 use super::handshake::{Handshaken, MAX_RECORD};
+use super::outbuf::OutBuf;
 use crate::transport::{Path, Transport, TransportError};
 use rustls::server::UnbufferedServerConnection;
-use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
+use rustls::unbuffered::{ConnectionState, EncryptError, UnbufferedStatus};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -34,9 +35,8 @@ pub struct UserTls {
     /// Decrypted bytes not yet returned by `read`, from `plain_pos`.
     plain: Vec<u8>,
     plain_pos: usize,
-    /// Encrypted bytes not yet written, from `out_pos`.
-    out: Vec<u8>,
-    out_pos: usize,
+    /// Encrypted bytes not yet written.
+    out: OutBuf,
     /// Plaintext staging for file reads.
     file_buf: Vec<u8>,
     /// A response head held back (`write_all(.., more: true)`) so that it
@@ -66,8 +66,7 @@ impl UserTls {
             in_len,
             plain: hs.early_plaintext,
             plain_pos: 0,
-            out: Vec::new(),
-            out_pos: 0,
+            out: OutBuf::default(),
             file_buf: Vec::new(),
             corked: Vec::new(),
             peer_closed,
@@ -94,19 +93,7 @@ impl UserTls {
                         self.plain.extend_from_slice(rec?.payload);
                     }
                 }
-                ConnectionState::EncodeTlsData(mut enc) => {
-                    let start = self.out.len();
-                    self.out.resize(start + 1024, 0);
-                    let n = match enc.encode(&mut self.out[start..]) {
-                        Ok(n) => n,
-                        Err(EncodeError::InsufficientSize(e)) => {
-                            self.out.resize(start + e.required_size, 0);
-                            enc.encode(&mut self.out[start..]).unwrap_or(0)
-                        }
-                        Err(EncodeError::AlreadyEncoded) => 0,
-                    };
-                    self.out.truncate(start + n);
-                }
+                ConnectionState::EncodeTlsData(mut enc) => self.out.encode(&mut enc),
                 // Output stays queued in `out`, in order; it is written by
                 // the caller before anything else.
                 ConnectionState::TransmitTlsData(tx) => tx.done(),
@@ -119,25 +106,19 @@ impl UserTls {
                     match want {
                         Want::Process => {}
                         Want::Encrypt(data) => {
-                            let start = self.out.len();
                             let room = data.len() + (data.len() / 16384 + 1) * RECORD_OVERHEAD;
-                            self.out.resize(start + room, 0);
-                            let n = match wt.encrypt(data, &mut self.out[start..]) {
+                            let n = match wt.encrypt(data, self.out.spare(room)) {
                                 Ok(n) => n,
-                                Err(EncryptError::InsufficientSize(e)) => {
-                                    self.out.resize(start + e.required_size, 0);
-                                    wt.encrypt(data, &mut self.out[start..])
-                                        .map_err(|_| TransportError::Protocol("encrypt failed"))?
-                                }
+                                Err(EncryptError::InsufficientSize(e)) => wt
+                                    .encrypt(data, self.out.spare(e.required_size))
+                                    .map_err(|_| TransportError::Protocol("encrypt failed"))?,
                                 Err(_) => return Err(TransportError::Protocol("encrypt failed")),
                             };
-                            self.out.truncate(start + n);
+                            self.out.commit(n);
                         }
                         Want::CloseNotify => {
-                            let start = self.out.len();
-                            self.out.resize(start + 64, 0);
-                            let n = wt.queue_close_notify(&mut self.out[start..]).unwrap_or(0);
-                            self.out.truncate(start + n);
+                            let n = wt.queue_close_notify(self.out.spare(64)).unwrap_or(0);
+                            self.out.commit(n);
                         }
                     }
                     finished = true;
@@ -177,7 +158,7 @@ impl UserTls {
 
     /// Encrypted bytes waiting to be written.
     pub fn pending_out(&self) -> usize {
-        self.out.len() - self.out_pos
+        self.out.len()
     }
 
     /// Decrypted bytes waiting to be taken.
@@ -193,21 +174,13 @@ impl UserTls {
 
     /// Write queued output without blocking; `Ok(true)` once it is empty.
     pub fn try_flush(&mut self) -> io::Result<bool> {
-        while self.out_pos < self.out.len() {
-            match self.sock.try_write(&self.out[self.out_pos..]) {
-                Ok(n) => self.out_pos += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if self.out_pos >= 1 << 16 {
-                        self.out.drain(..self.out_pos);
-                        self.out_pos = 0;
-                    }
-                    return Ok(false);
-                }
+        while !self.out.is_empty() {
+            match self.sock.try_write(self.out.data()) {
+                Ok(n) => self.out.consume(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
                 Err(e) => return Err(e),
             }
         }
-        self.out.clear();
-        self.out_pos = 0;
         Ok(true)
     }
 
@@ -392,10 +365,7 @@ impl Transport for UserTls {
             self.plain = Vec::new();
             self.plain_pos = 0;
         }
-        if self.pending_out() == 0 {
-            self.out = Vec::new();
-            self.out_pos = 0;
-        }
+        self.out.release();
         self.file_buf = Vec::new();
         self.corked = Vec::new();
     }
