@@ -29,6 +29,10 @@ use std::time::Duration;
 use tokio::io::Interest;
 use tokio::time::Instant;
 
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// How long a quiet connection keeps its user-space buffers.
 const IDLE_GRACE: Duration = Duration::from_millis(50);
 
@@ -227,7 +231,6 @@ pub async fn userspace(
     m: &Metrics,
 ) -> Result<(), RelayError> {
     let mut c2b = OutBuf::default();
-    let mut scratch: Vec<u8> = Vec::new();
     let mut s = Sides::default();
     let mut deadline = Instant::now() + idle;
     loop {
@@ -239,7 +242,7 @@ pub async fn userspace(
         if !s.client_eof && c2b.len() < WINDOW {
             tls.process()?;
             if tls.pending_plain() > 0 {
-                let room = WINDOW - c2b.len();
+                let room = (WINDOW - c2b.len()).min(tls.pending_plain());
                 let n = tls.take_plaintext(&mut c2b.spare(room)[..room]);
                 c2b.commit(n);
                 m.bytes_in(Path::Userspace, n as u64);
@@ -273,18 +276,31 @@ pub async fn userspace(
 
         // Backend -> client: encrypt while the output queue has room.
         if !s.backend_eof && tls.pending_out() < WINDOW {
-            if scratch.is_empty() {
-                scratch.resize(16 * 1024, 0);
-            }
-            match backend.try_read(&mut scratch) {
+            // One scratch buffer per worker thread: nothing awaits between
+            // the read and the encryption that copies it out.
+            let r = SCRATCH.with_borrow_mut(|scratch| {
+                if scratch.is_empty() {
+                    scratch.resize(16 * 1024, 0);
+                }
+                match backend.try_read(scratch) {
+                    Ok(0) => Ok(0),
+                    Ok(n) => tls
+                        .queue(&scratch[..n])
+                        .map(|()| n)
+                        .map_err(RelayError::from),
+                    Err(e) => Err(RelayError::Backend(e)),
+                }
+            });
+            match r {
                 Ok(0) => s.backend_eof = true,
                 Ok(n) => {
-                    tls.queue(&scratch[..n])?;
                     m.bytes(Path::Userspace, n as u64);
                     moved = true;
                 }
-                Err(e) if would_block(&e) => add(&mut want_b, Interest::READABLE),
-                Err(e) => return Err(RelayError::Backend(e)),
+                Err(RelayError::Backend(e)) if would_block(&e) => {
+                    add(&mut want_b, Interest::READABLE)
+                }
+                Err(e) => return Err(e),
             }
         }
         if s.backend_eof && !s.client_shut && tls.pending_out() == 0 {
@@ -316,7 +332,6 @@ pub async fn userspace(
         match wait(tls.socket(), want_c, backend, want_b, grace, idle).await {
             Err(RelayError::Idle(_)) if grace < deadline => {
                 c2b.release();
-                scratch = Vec::new();
                 tls.release_buffers();
                 wait(tls.socket(), want_c, backend, want_b, deadline, idle).await?;
             }

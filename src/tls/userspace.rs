@@ -20,6 +20,8 @@ use tokio::net::TcpStream;
 
 /// Plaintext per write when sending a file: 8 full records.
 const FILE_CHUNK: usize = 8 * 16384;
+/// First size of the receive buffer; it grows to a whole record on demand.
+const INITIAL_READ: usize = 4096;
 /// Most plaintext held back waiting for a body (one record's worth).
 const CORK_MAX: usize = 16384;
 /// Per-record overhead bound for the output buffer (header + nonce + tag +
@@ -187,8 +189,19 @@ impl UserTls {
     /// Read TLS bytes from the socket without blocking. `Ok(false)` on EOF
     /// (a FIN: `peer_closed` becomes true).
     pub fn try_fill(&mut self) -> Result<bool, TransportError> {
-        if self.inbuf.len() < MAX_RECORD {
-            self.inbuf.resize(MAX_RECORD, 0);
+        // Small to start (a request fits), grown to what the record at the
+        // front says it needs (unprocessed bytes always start a record).
+        let need = if self.in_len >= 5 {
+            5 + u16::from_be_bytes([self.inbuf[3], self.inbuf[4]]) as usize
+        } else {
+            0
+        };
+        let target = need.clamp(INITIAL_READ, MAX_RECORD);
+        if self.inbuf.len() < target
+            || self.in_len == self.inbuf.len() && self.inbuf.len() < MAX_RECORD
+        {
+            self.inbuf
+                .resize(target.max((self.inbuf.len() * 2).min(MAX_RECORD)), 0);
         }
         if self.in_len == self.inbuf.len() {
             return Err(TransportError::Protocol(
