@@ -79,13 +79,13 @@ pub struct ProxyArgs {
     /// ALPN protocols to offer, comma-separated (e.g. h2,http/1.1) [default: none].
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub alpn: Vec<String>,
-    /// Seconds allowed for the TLS handshake [default: 10].
+    /// Seconds allowed for the TLS handshake.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub handshake_timeout: f64,
-    /// Seconds allowed to connect to the backend [default: 5].
+    /// Seconds allowed to connect to the backend.
     #[arg(long, value_name = "SECS", default_value_t = 5.0)]
     pub connect_timeout: f64,
-    /// Seconds without a byte in either direction before closing [default: 300].
+    /// Seconds without a byte in either direction before closing.
     #[arg(long, value_name = "SECS", default_value_t = 300.0)]
     pub idle_timeout: f64,
 }
