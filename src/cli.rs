@@ -29,10 +29,10 @@ pub enum Command {
     Bench(Box<crate::bench::BenchArgs>),
 }
 
+/// What every TLS-serving command takes: addresses, identity, workers and
+/// the kTLS mode.
 #[derive(Args, Debug, Default)]
-pub struct ServeArgs {
-    /// Directory to serve [default: the current directory].
-    pub dir: Option<PathBuf>,
+pub struct FrontArgs {
     /// Address to listen on, IPv4 or IPv6 (repeatable) [default: 127.0.0.1:8443].
     #[arg(long, value_name = "ADDR")]
     pub listen: Vec<String>,
@@ -46,9 +46,17 @@ pub struct ServeArgs {
     /// Worker threads [default: number of cores].
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
-    /// Kernel TLS: auto (use where possible), off, or require.
+    /// Kernel TLS: auto (use where possible), off, or require [default: auto].
     #[arg(long, value_enum, value_name = "MODE")]
     pub ktls: Option<KtlsMode>,
+}
+
+#[derive(Args, Debug, Default)]
+pub struct ServeArgs {
+    /// Directory to serve [default: the current directory].
+    pub dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub front: FrontArgs,
     /// List directories that have no index.html.
     #[arg(long)]
     pub autoindex: bool,
@@ -85,8 +93,8 @@ impl ServeArgs {
             .map(|p| format!("config file {}", p.display()))
             .unwrap_or_default();
         let mut listen = Vec::new();
-        if !self.listen.is_empty() {
-            for l in &self.listen {
+        if !self.front.listen.is_empty() {
+            for l in &self.front.listen {
                 listen.push(parse_listen("--listen", l)?);
             }
         } else if !file.listen.is_empty() {
@@ -97,12 +105,13 @@ impl ServeArgs {
             listen.push(parse_listen("default", "127.0.0.1:8443")?);
         }
         let workers = self
+            .front
             .workers
             .or(file.workers)
             .unwrap_or_else(default_workers);
         if workers == 0 {
             return Err(ConfigError::Workers {
-                origin: if self.workers.is_some() {
+                origin: if self.front.workers.is_some() {
                     "--workers".into()
                 } else {
                     file_origin
@@ -127,10 +136,10 @@ impl ServeArgs {
                 .or(file.root)
                 .unwrap_or_else(|| PathBuf::from(".")),
             listen,
-            cert: self.cert.clone().or(file.cert),
-            key: self.key.clone().or(file.key),
+            cert: self.front.cert.clone().or(file.cert),
+            key: self.front.key.clone().or(file.key),
             workers,
-            ktls: self.ktls.or(file.ktls).unwrap_or(KtlsMode::Auto),
+            ktls: self.front.ktls.or(file.ktls).unwrap_or(KtlsMode::Auto),
             autoindex: self.autoindex || file.autoindex.unwrap_or(false),
             follow_symlinks_outside: self.follow_symlinks_outside
                 || file.follow_symlinks_outside.unwrap_or(false),
@@ -154,9 +163,12 @@ mod tests {
             crate::config::Timeouts::default().keepalive
         );
         let a = ServeArgs {
-            listen: vec!["[::1]:0".into(), "127.0.0.1:0".into()],
+            front: FrontArgs {
+                listen: vec!["[::1]:0".into(), "127.0.0.1:0".into()],
+                workers: Some(3),
+                ..Default::default()
+            },
             keepalive_timeout: Some(1.5),
-            workers: Some(3),
             ..Default::default()
         };
         let c = a.resolve().unwrap();
@@ -164,12 +176,18 @@ mod tests {
         assert_eq!(c.timeouts.keepalive, 1.5);
         assert_eq!(c.workers, 3);
         let bad = ServeArgs {
-            listen: vec!["localhost".into()],
+            front: FrontArgs {
+                listen: vec!["localhost".into()],
+                ..Default::default()
+            },
             ..Default::default()
         };
         assert!(bad.resolve().unwrap_err().to_string().contains("--listen"));
         let zero = ServeArgs {
-            workers: Some(0),
+            front: FrontArgs {
+                workers: Some(0),
+                ..Default::default()
+            },
             ..Default::default()
         };
         assert!(zero

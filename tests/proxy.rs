@@ -60,6 +60,16 @@ async fn session(
     out
 }
 
+/// Run `f` on `rt`, giving up after `secs` (a proxy that never closes must
+/// fail the test, not hang it).
+fn within<F: std::future::Future>(
+    rt: &tokio::runtime::Runtime,
+    secs: u64,
+    f: F,
+) -> Result<F::Output, tokio::time::error::Elapsed> {
+    rt.block_on(async { tokio::time::timeout(Duration::from_secs(secs), f).await })
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -78,14 +88,7 @@ fn echo_every_size_both_ways() {
     for (i, size) in sizes.iter().enumerate() {
         let data = content(*size, 100 + i as u64);
         let stat = StatDelta::start();
-        let back = rt
-            .block_on(async {
-                tokio::time::timeout(
-                    Duration::from_secs(120),
-                    session(server.port, &server.ca(), b"", &data),
-                )
-                .await
-            })
+        let back = within(&rt, 120, session(server.port, &server.ca(), b"", &data))
             .expect("echo timed out")
             .unwrap_or_else(|e| panic!("size {size}: {e}"));
         assert_eq!(back.len(), data.len(), "size {size}");
@@ -308,13 +311,11 @@ fn backend_down_gives_a_tls_close_not_a_hang() {
         assert_eq!(back.unwrap(), b"");
     }
     // A client that talks first also gets the close, not a hang.
-    let r = rt().block_on(async {
-        tokio::time::timeout(
-            Duration::from_secs(10),
-            session(server.port, &server.ca(), b"", b"anyone there?"),
-        )
-        .await
-    });
+    let r = within(
+        &rt(),
+        10,
+        session(server.port, &server.ca(), b"", b"anyone there?"),
+    );
     assert!(r.is_ok(), "client hung");
     assert!(started.elapsed() < Duration::from_secs(10));
     let (_, report) = server.stop();
@@ -328,13 +329,7 @@ fn stuck_backend_exerts_backpressure_and_idle_timeout_closes() {
     let before = server.rss_kib();
     let data = content(64 << 20, 5);
     let started = std::time::Instant::now();
-    let r = rt().block_on(async {
-        tokio::time::timeout(
-            Duration::from_secs(30),
-            session(server.port, &server.ca(), b"", &data),
-        )
-        .await
-    });
+    let r = within(&rt(), 30, session(server.port, &server.ca(), b"", &data));
     let after = server.rss_kib();
     // The proxy closed the connection (idle), the client did not hang.
     assert!(r.is_ok(), "client hung on a stuck backend");
@@ -358,13 +353,7 @@ fn backend_closing_mid_stream() {
     let server = Server::proxy(&closer, &["--idle-timeout", "5"]);
     let rt = rt();
     for payload in [content(4 << 20, 11), Vec::new()] {
-        let r = rt.block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(20),
-                session(server.port, &server.ca(), b"", &payload),
-            )
-            .await
-        });
+        let r = within(&rt, 20, session(server.port, &server.ca(), b"", &payload));
         let r = r.expect("client hung after the backend closed");
         // Either the partial answer and a close, or a reset while sending.
         if let Ok(b) = &r {
@@ -394,14 +383,7 @@ fn client_abort_costs_only_its_connection() {
         drop(tls); // no close_notify, just gone
     });
     let data = content(50_000, 2);
-    let back = rt
-        .block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(10),
-                session(server.port, &server.ca(), b"", &data),
-            )
-            .await
-        })
+    let back = within(&rt, 10, session(server.port, &server.ca(), b"", &data))
         .expect("client hung")
         .unwrap();
     assert_eq!(back, data);

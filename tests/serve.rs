@@ -369,30 +369,9 @@ fn directories_and_index() {
     );
     let out = server.curl(&[&server.url("/sub/")]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "<p>sub index</p>\n");
-    let out = server.curl(&[
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-        &server.url("/noindex/"),
-    ]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "403");
-    let out = server.curl(&[
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-        &server.url("/missing"),
-    ]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "404");
-    let out = server.curl(&[
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-        &server.url("/inside-link"),
-    ]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
+    assert_eq!(server.status("/noindex/", &[]), "403");
+    assert_eq!(server.status("/missing", &[]), "404");
+    assert_eq!(server.status("/inside-link", &[]), "200");
     drop(server);
     let server = Server::start(&["--autoindex"]);
     let out = server.curl(&[&server.url("/noindex/")]);

@@ -45,25 +45,11 @@ pub struct ProxyConfig {
 
 #[derive(clap::Args, Debug, Default)]
 pub struct ProxyArgs {
-    /// Address to listen on, IPv4 or IPv6 (repeatable) [default: 127.0.0.1:8443].
-    #[arg(long, value_name = "ADDR")]
-    pub listen: Vec<String>,
+    #[command(flatten)]
+    pub front: crate::cli::FrontArgs,
     /// The plain-TCP service: HOST:PORT, or a Unix socket path.
     #[arg(long, value_name = "ADDR")]
     pub backend: String,
-    /// Certificate chain, PEM (server certificate first). Default: a
-    /// self-signed certificate made on first run.
-    #[arg(long, value_name = "FILE", requires = "key")]
-    pub cert: Option<PathBuf>,
-    /// Private key for --cert, PEM.
-    #[arg(long, value_name = "FILE", requires = "cert")]
-    pub key: Option<PathBuf>,
-    /// Worker threads [default: number of cores].
-    #[arg(long, value_name = "N")]
-    pub workers: Option<usize>,
-    /// Kernel TLS: auto, off, or require.
-    #[arg(long, value_enum, value_name = "MODE", default_value = "auto")]
-    pub ktls: KtlsMode,
     /// Send a PROXY protocol header (v1 text, or v2 binary with ALPN, SNI
     /// and SSL TLVs) to the backend first.
     #[arg(long, value_enum, value_name = "VERSION")]
@@ -93,13 +79,13 @@ pub struct ProxyArgs {
 impl ProxyArgs {
     pub fn resolve(&self) -> Result<ProxyConfig, ProxyConfigError> {
         let mut listen = Vec::new();
-        for l in &self.listen {
+        for l in &self.front.listen {
             listen.push(parse_listen("--listen", l)?);
         }
         if listen.is_empty() {
             listen.push(parse_listen("default", "127.0.0.1:8443")?);
         }
-        let workers = self.workers.unwrap_or_else(default_workers);
+        let workers = self.front.workers.unwrap_or_else(default_workers);
         if workers == 0 {
             return Err(ConfigError::Workers {
                 origin: "--workers".into(),
@@ -132,10 +118,10 @@ impl ProxyArgs {
         Ok(ProxyConfig {
             listen,
             backend: BackendAddr::parse(&self.backend)?,
-            cert: self.cert.clone(),
-            key: self.key.clone(),
+            cert: self.front.cert.clone(),
+            key: self.front.key.clone(),
             workers,
-            ktls: self.ktls,
+            ktls: self.front.ktls.unwrap_or_default(),
             write_proxy: self.write_proxy,
             accept_proxy,
             alpn: self.alpn.clone(),

@@ -284,6 +284,15 @@ impl Server {
             .expect("run curl (install it: apt-get install curl)")
     }
 
+    /// The HTTP status curl gets for `path`, with extra curl flags.
+    pub fn status(&self, path: &str, extra: &[&str]) -> String {
+        let url = self.url(path);
+        let mut args = vec!["-o", "/dev/null", "-w", "%{http_code}"];
+        args.extend_from_slice(extra);
+        args.push(&url);
+        String::from_utf8_lossy(&self.curl(&args).stdout).into_owned()
+    }
+
     /// SIGTERM; wait; return the exit status and the metrics report.
     pub fn stop(mut self) -> (std::process::ExitStatus, String) {
         let _ = rustix_kill(self.child.id());
