@@ -8,3 +8,67 @@ pub mod range;
 pub mod request;
 pub mod response;
 pub mod session;
+
+#[cfg(test)]
+mod no_panic_tests {
+    //! Arbitrary bytes into every parser that sees client input: no panic,
+    //! and what parses keeps its invariants.
+
+    fn bytes(seed: &mut u64, max: usize) -> Vec<u8> {
+        let mut next = || {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            *seed
+        };
+        let len = (next() as usize) % max;
+        // Bias towards the bytes HTTP cares about.
+        const ALPHABET: &[u8] =
+            b"GET HEAD/ .%2e5c0:-,=\r\nHTTP/1.1Host:Range:bytes=If-None-Match\"W/*\\\x00\xff";
+        (0..len)
+            .map(|_| {
+                let r = next();
+                if r % 4 == 0 {
+                    r as u8
+                } else {
+                    ALPHABET[(r as usize >> 8) % ALPHABET.len()]
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn parsers_never_panic() {
+        let limits = super::request::HeadLimits {
+            request_line: 256,
+            header_bytes: 512,
+            headers: 16,
+        };
+        let mut seed = 0x1234_5678_9abc_def1u64;
+        for _ in 0..20_000 {
+            let b = bytes(&mut seed, 600);
+            if let Ok(Some(h)) = super::request::parse(&b, &limits) {
+                assert!(h.head_len <= b.len());
+            }
+            let s = String::from_utf8_lossy(&b);
+            if let Ok(p) = super::path::normalize(&s) {
+                assert!(p
+                    .segments
+                    .iter()
+                    .all(|seg| !seg.is_empty() && seg != b".." && seg != b"."));
+                assert!(p
+                    .segments
+                    .iter()
+                    .all(|seg| !seg.contains(&b'/') && !seg.contains(&0)));
+            }
+            for size in [0u64, 1, 100] {
+                if let super::range::RangeResult::Partial { start, end } =
+                    super::range::parse(&s, size)
+                {
+                    assert!(start <= end && end < size);
+                }
+            }
+            let _ = crate::tls::sni_for_tests(&b);
+        }
+    }
+}

@@ -95,6 +95,12 @@ pub fn server_config(
     Ok(Arc::new(cfg))
 }
 
+/// The SNI reader, for the parser robustness tests.
+#[cfg(test)]
+pub(crate) fn sni_for_tests(record: &[u8]) -> Option<String> {
+    sni::from_client_hello_record(record)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
