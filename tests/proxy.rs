@@ -445,3 +445,45 @@ fn backend_that_never_answers_hits_the_connect_timeout() {
     assert!(report.contains("backend_timeout 1"), "{report}");
     drop(fillers);
 }
+
+#[test]
+fn key_update_from_the_client() {
+    let _g = serial();
+    let echo = backend(peers::echo).to_string();
+    let server = Server::proxy(&echo, &[]);
+    let stat = StatDelta::start();
+    let ca = server.ca().display().to_string();
+    let (out, err, by_itself) = s_client(
+        server.port,
+        &["-tls1_3", "-CAfile", &ca],
+        &[
+            Step::Send(b"first line\n"),
+            Step::WaitFor("first line"),
+            Step::Send(b"k\n"),
+            Step::Sleep(500),
+            Step::Send(b"second line\n"),
+            Step::WaitFor("second line"),
+        ],
+        Duration::from_secs(10),
+    );
+    assert!(
+        err.contains("KEYUPDATE"),
+        "s_client did not send a KeyUpdate: {err}"
+    );
+    assert!(out.contains("first line"), "{out}");
+    let check = std::process::Command::new(BIN)
+        .arg("check")
+        .output()
+        .unwrap();
+    let rekey = String::from_utf8_lossy(&check.stdout).contains("rekey (KeyUpdate):    yes");
+    if ktls_expected() && !rekey {
+        // Kernel < 6.14: the proxy ends the connection cleanly.
+        assert!(!out.contains("second line"), "{out}");
+        assert!(by_itself, "connection should have been closed");
+        let (_, report) = server.stop();
+        assert!(report.contains("keyupdate_unsupported 1"), "{report}");
+    } else {
+        assert!(out.contains("second line"), "{out}\n{err}");
+    }
+    assert_eq!(stat.delta("TlsDecryptError"), 0);
+}

@@ -662,11 +662,11 @@ fn key_update_from_the_client() {
         ],
         &[
             Step::Send(b"GET /hello.txt HTTP/1.1\nHost: x\n\n"),
-            Step::Sleep(500),
+            Step::WaitFor("hello world"),
             Step::Send(b"k\n"),
             Step::Sleep(500),
             Step::Send(b"GET /hello.txt HTTP/1.1\nHost: x\nConnection: close\n\n"),
-            Step::Sleep(1000),
+            Step::Sleep(1500),
         ],
         Duration::from_secs(10),
     );

@@ -128,7 +128,16 @@ pub async fn splice(
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::EIO)) => {
                     // A control record heads the queue.
                     let mut buf = vec![0u8; 16 * 1024 + 512];
-                    match tls.recv_once(&mut buf).await? {
+                    let got = match tls.recv_once(&mut buf).await {
+                        Err(TransportError::KeyUpdateUnsupported) => {
+                            // Our sending key still stands: close properly,
+                            // read nothing more (see KtlsStream::key_update).
+                            let _ = tls.close().await;
+                            return Err(TransportError::KeyUpdateUnsupported.into());
+                        }
+                        r => r?,
+                    };
+                    match got {
                         Recv::Data(n) => {
                             side.extend_from_slice(&buf[..n]);
                             m.bytes_in(Path::Ktls, n as u64);

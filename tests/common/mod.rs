@@ -367,6 +367,10 @@ fn rustix_kill(pid: u32) -> std::io::Result<()> {
 pub enum Step<'a> {
     Send(&'a [u8]),
     Sleep(u64),
+    /// Wait (up to 20 s) until s_client's output contains this text, so the
+    /// next input goes out as a separate read (s_client takes `k` as a
+    /// command only at the start of a read).
+    WaitFor(&'a str),
 }
 
 /// Run `openssl s_client` against `port` with `args`, feeding `steps` to
@@ -391,10 +395,16 @@ pub fn s_client(
     let mut stdin = child.stdin.take().unwrap();
     let mut out = child.stdout.take().unwrap();
     let mut err = child.stderr.take().unwrap();
+    let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
     let o = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = out.read_to_end(&mut s);
-        s
+        let mut chunk = [0u8; 4096];
+        loop {
+            match out.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => sink.lock().unwrap().extend_from_slice(&chunk[..n]),
+            }
+        }
     });
     let e = std::thread::spawn(move || {
         let mut s = Vec::new();
@@ -408,6 +418,14 @@ pub fn s_client(
                 let _ = stdin.flush();
             }
             Step::Sleep(ms) => std::thread::sleep(Duration::from_millis(*ms)),
+            Step::WaitFor(text) => {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while Instant::now() < deadline
+                    && !String::from_utf8_lossy(&seen.lock().unwrap()).contains(text)
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
         }
     }
     drop(stdin);
@@ -425,7 +443,8 @@ pub fn s_client(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let o = String::from_utf8_lossy(&o.join().unwrap()).into_owned();
+    o.join().unwrap();
+    let o = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
     let e = String::from_utf8_lossy(&e.join().unwrap()).into_owned();
     (o, e, by_itself)
 }
