@@ -303,11 +303,21 @@ impl Transport for UserTls {
         }
         // Not just `readable()`: tokio keeps a socket marked readable until
         // an operation sees EAGAIN, which would wake an idle connection at
-        // once (right after the handshake, say) to allocate buffers for
-        // nothing. A one-byte peek waits for real bytes (or EOF).
-        let mut probe = [0u8; 1];
-        self.sock.peek(&mut probe).await?;
-        Ok(())
+        // once (right after the handshake, say). So read for real: the
+        // bytes are needed anyway, and a wakeup that finds nothing gives
+        // its buffer back.
+        loop {
+            self.sock.readable().await?;
+            match self.try_fill() {
+                Ok(_) => return Ok(()),
+                Err(TransportError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if self.in_len == 0 {
+                        self.inbuf = Vec::new();
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     async fn write_all(&mut self, data: &[u8], more: bool) -> Result<(), TransportError> {
