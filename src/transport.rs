@@ -101,7 +101,7 @@ pub(crate) async fn close_and_linger<T: Transport>(t: &mut T, linger: Duration) 
     if t.close().await.is_err() {
         return;
     }
-    let mut scratch = [0u8; 4096];
+    let mut scratch = vec![0u8; 4096];
     let deadline = Instant::now() + linger;
     let mut budget = 1usize << 20;
     while budget > 0 {
@@ -109,5 +109,42 @@ pub(crate) async fn close_and_linger<T: Transport>(t: &mut T, linger: Duration) 
             Ok(Ok(n)) if n > 0 => budget = budget.saturating_sub(n),
             _ => break,
         }
+    }
+}
+
+/// A boxed transport is a transport: connections keep theirs on the heap so
+/// the per-connection task stays small.
+impl<T: Transport> Transport for Box<T> {
+    async fn read(&mut self, buf: &mut [u8]) -> Result<usize, TransportError> {
+        (**self).read(buf).await
+    }
+
+    async fn readable(&mut self) -> Result<(), TransportError> {
+        (**self).readable().await
+    }
+
+    async fn write_all(&mut self, data: &[u8], more: bool) -> Result<(), TransportError> {
+        (**self).write_all(data, more).await
+    }
+
+    async fn send_file(
+        &mut self,
+        file: &File,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), TransportError> {
+        (**self).send_file(file, offset, len).await
+    }
+
+    async fn close(&mut self) -> Result<(), TransportError> {
+        (**self).close().await
+    }
+
+    fn release_buffers(&mut self) {
+        (**self).release_buffers()
+    }
+
+    fn path(&self) -> Path {
+        (**self).path()
     }
 }

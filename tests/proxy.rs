@@ -419,3 +419,47 @@ fn assert_idle(server: &Server) {
     let used = server.cpu_ticks() - before;
     assert!(used < 30, "idle proxy used {used} CPU ticks in 1.5 s");
 }
+
+#[test]
+fn backend_that_never_answers_hits_the_connect_timeout() {
+    // A listener that never accepts, its backlog filled: SYNs go unanswered.
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(
+        &"127.0.0.1:0"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+    )
+    .unwrap();
+    sock.listen(0).unwrap();
+    let addr = sock.local_addr().unwrap().as_socket().unwrap();
+    let mut fillers = Vec::new();
+    for _ in 0..4 {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.set_nonblocking(true).unwrap();
+        let _ = s.connect(&addr.into());
+        fillers.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let server = Server::proxy(&addr.to_string(), &["--connect-timeout", "1"]);
+    let started = std::time::Instant::now();
+    let back = rt().block_on(async {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", server.port)).await?;
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(client_config(&server.ca()))
+            .connect(name, tcp)
+            .await?;
+        let mut got = Vec::new();
+        tls.read_to_end(&mut got).await?;
+        Ok::<_, std::io::Error>(got)
+    });
+    assert_eq!(back.unwrap(), b"", "a clean TLS close");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(6),
+        "{took:?}"
+    );
+    let (_, report) = server.stop();
+    assert!(report.contains("backend_timeout 1"), "{report}");
+    drop(fillers);
+}

@@ -9,6 +9,23 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==== %s ====\n' "$*"; }
 
+# Every stage's output also goes to a log, so the closing line can total
+# the "test result:" and "N passed, M failed" lines of all stages.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+summary() {
+  python3 - "$log" <<'PY'
+import re, sys
+text = open(sys.argv[1], errors="replace").read()
+p = f = 0
+for m in re.finditer(r"test result: \w+\. (\d+) passed; (\d+) failed", text):
+    p += int(m.group(1)); f += int(m.group(2))
+for m in re.finditer(r"^(\d+) passed, (\d+) failed$", text, re.M):
+    p += int(m.group(1)); f += int(m.group(2))
+print(f"{p} passed, {f} failed")
+PY
+}
+
 need=(curl openssl nginx qemu-system-x86 busybox-static cpio kmod xz-utils)
 missing=()
 for p in "${need[@]}"; do
@@ -28,10 +45,11 @@ cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 
 step "unit and end-to-end tests on this kernel ($(uname -r))"
-cargo test --locked
+cargo test --locked 2>&1 | tee -a "$log"
 
 if [[ ${TLSFRONT_SKIP_GUEST:-0} == 1 ]]; then
   echo "TLSFRONT_SKIP_GUEST=1: kTLS guest stage skipped"
+  summary
   exit 0
 fi
 
@@ -44,4 +62,5 @@ for l in sys.stdin:
         print(m["executable"])')
 [[ -n $bins ]] || { echo "could not find the end-to-end test binaries" >&2; exit 1; }
 # shellcheck disable=SC2086  # one path per word
-tests/guest/run.sh --timeout 3000 -- tests/guest/suite.sh $bins
+tests/guest/run.sh --timeout 3000 -- tests/guest/suite.sh $bins 2>&1 | tee -a "$log"
+summary

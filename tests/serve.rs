@@ -854,3 +854,72 @@ fn open_connections_are_counted_by_the_kernel_while_held() {
     assert_eq!(cur("TlsCurrTxSw"), 0);
     server.stop_and_check_path(1);
 }
+
+#[test]
+fn sigterm_lets_an_inflight_response_finish() {
+    // A long grace, so that a slow machine cannot turn this into a cut.
+    let cfg = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(cfg.path(), "[timeouts]\nshutdown = 60\n").unwrap();
+    let server = Server::start(&["--config", cfg.path().to_str().unwrap()]);
+    let url = server.url("/f67108864.bin");
+    let body = tempfile::NamedTempFile::new().unwrap();
+    // About 4 s at 16 MiB/s, far more than socket buffers hold: SIGTERM
+    // arrives in the middle.
+    let child = std::process::Command::new("curl")
+        .arg("--cacert")
+        .arg(server.ca())
+        .args(["-sS", "--limit-rate", "16M", "--max-time", "60", "-o"])
+        .arg(body.path())
+        .arg(&url)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let t0 = std::time::Instant::now();
+    let (status, report) = server.stop();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        t0.elapsed() > Duration::from_secs(1),
+        "the download was not in flight"
+    );
+    assert!(out.status.success(), "the in-flight download was cut");
+    assert_eq!(
+        sha256(&std::fs::read(body.path()).unwrap()),
+        sha256(&std::fs::read(file_path(64 << 20)).unwrap())
+    );
+    assert!(status.success(), "{report}");
+    assert!(report.contains("responses: 200 1"), "{report}");
+    // It drained as soon as the response was done, not at the grace limit.
+    assert!(t0.elapsed() < Duration::from_secs(40), "{:?}", t0.elapsed());
+}
+
+#[test]
+fn a_client_that_stops_reading_is_cut_after_the_send_timeout() {
+    let server = Server::start(&["--send-timeout", "1"]);
+    // s_client writes the body to a pipe nobody reads: it soon stops
+    // reading its socket, and our sends stall.
+    let mut child = std::process::Command::new("openssl")
+        .args([
+            "s_client",
+            "-quiet",
+            "-connect",
+            &format!("127.0.0.1:{}", server.port),
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(b"GET /f67108864.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    let (status, report) = server.stop();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(status.success());
+    assert!(report.contains("send_timeout 1"), "{report}");
+}

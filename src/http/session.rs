@@ -33,6 +33,10 @@ fn date() -> String {
 /// data does not turn our close into a reset.
 const LINGER: Duration = Duration::from_secs(2);
 
+/// How long a connection between requests keeps its buffers before it
+/// counts as idle and drops them.
+const IDLE_GRACE: Duration = Duration::from_millis(50);
+
 /// `tlsfront serve`: the static file service.
 pub struct StaticFiles {
     root: DocRoot,
@@ -65,8 +69,8 @@ impl Service for StaticFiles {
     async fn serve(&self, front: &Front, tls: Tls, _info: ConnInfo, stop: watch::Receiver<bool>) {
         let cx = Ctx { files: self, front };
         match tls {
-            Tls::Kernel(k) => session(*k, &cx, stop).await,
-            Tls::User(u) => session(*u, &cx, stop).await,
+            Tls::Kernel(k) => session(k, &cx, stop).await,
+            Tls::User(u) => session(u, &cx, stop).await,
         }
     }
 }
@@ -116,11 +120,9 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
     let mut out = Vec::new();
 
     loop {
-        // Idle until the next request starts, holding no buffers.
+        // Wait for the next request. Back-to-back requests keep their
+        // buffers; a connection idle beyond a moment holds none.
         if filled == 0 {
-            buf = Vec::new();
-            out = Vec::new();
-            t.release_buffers();
             if *stop.borrow() {
                 return End::Close;
             }
@@ -129,13 +131,23 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
             } else {
                 keepalive
             };
-            tokio::select! {
-                r = timeout(idle, t.readable()) => match r {
-                    Err(_) => return End::Close,
-                    Ok(Err(e)) => return End::Abort(e),
-                    Ok(Ok(())) => {}
-                },
-                _ = stop.changed() => return End::Close,
+            let mut waited = IDLE_GRACE.min(idle);
+            let mut released = false;
+            loop {
+                tokio::select! {
+                    r = timeout(waited, t.readable()) => match r {
+                        Ok(Err(e)) => return End::Abort(e),
+                        Ok(Ok(())) => break,
+                        Err(_) if released => return End::Close,
+                        Err(_) => {}
+                    },
+                    _ = stop.changed() => return End::Close,
+                }
+                buf = Vec::new();
+                out = Vec::new();
+                t.release_buffers();
+                released = true;
+                waited = idle.saturating_sub(waited);
             }
         }
 
@@ -188,7 +200,7 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
                 buf.copy_within(in_buf..filled, 0);
                 filled -= in_buf;
                 let mut left = n - in_buf as u64;
-                let mut scratch = [0u8; 4096];
+                let mut scratch = vec![0u8; 4096];
                 while left > 0 {
                     let want = (left as usize).min(scratch.len());
                     match timeout_at(deadline, t.read(&mut scratch[..want])).await {

@@ -153,7 +153,7 @@ impl KtlsStream {
                     .fatal(ALERT_DECODE_ERROR, "oversized control record")
                     .await);
             }
-            let mut chunk = [0u8; 1024];
+            let mut chunk = vec![0u8; 1024];
             self.sock.readable().await?;
             match self.sock.try_io(Interest::READABLE, || {
                 sys::recv_record(self.sock.as_fd(), &mut chunk)

@@ -253,8 +253,8 @@ impl Service for Proxy {
                 // The client gets a TLS close, not a hang.
                 let linger = Duration::from_secs(1);
                 match tls {
-                    Tls::Kernel(mut k) => close_and_linger(&mut *k, linger).await,
-                    Tls::User(mut u) => close_and_linger(&mut *u, linger).await,
+                    Tls::Kernel(mut k) => close_and_linger(&mut k, linger).await,
+                    Tls::User(mut u) => close_and_linger(&mut u, linger).await,
                 }
                 return;
             }

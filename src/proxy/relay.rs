@@ -28,6 +28,9 @@ use std::time::Duration;
 use tokio::io::Interest;
 use tokio::time::Instant;
 
+/// How long a quiet connection keeps its user-space buffers.
+const IDLE_GRACE: Duration = Duration::from_millis(50);
+
 /// Per-direction buffering: a pipe's default capacity (16 pages).
 const WINDOW: usize = 64 * 1024;
 
@@ -224,7 +227,7 @@ pub async fn userspace(
 ) -> Result<(), RelayError> {
     let mut c2b: Vec<u8> = Vec::new();
     let mut c2b_pos = 0usize;
-    let mut scratch = vec![0u8; 16 * 1024];
+    let mut scratch: Vec<u8> = Vec::new();
     let mut s = Sides::default();
     let mut deadline = Instant::now() + idle;
     loop {
@@ -275,6 +278,9 @@ pub async fn userspace(
 
         // Backend -> client: encrypt while the output queue has room.
         if !s.backend_eof && tls.pending_out() < WINDOW {
+            if scratch.is_empty() {
+                scratch.resize(16 * 1024, 0);
+            }
             match backend.try_read(&mut scratch) {
                 Ok(0) => s.backend_eof = true,
                 Ok(n) => {
@@ -309,7 +315,21 @@ pub async fn userspace(
             deadline = Instant::now() + idle;
             continue;
         }
-        wait(tls.socket(), want_c, backend, want_b, deadline, idle).await?;
+        // A quiet connection keeps no buffers: after a short grace, drop
+        // them until something arrives.
+        let grace = (Instant::now() + IDLE_GRACE).min(deadline);
+        match wait(tls.socket(), want_c, backend, want_b, grace, idle).await {
+            Err(RelayError::Idle(_)) if grace < deadline => {
+                if c2b.is_empty() {
+                    c2b = Vec::new();
+                    c2b_pos = 0;
+                }
+                scratch = Vec::new();
+                tls.release_buffers();
+                wait(tls.socket(), want_c, backend, want_b, deadline, idle).await?;
+            }
+            r => r?,
+        }
     }
 }
 

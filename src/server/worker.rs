@@ -141,7 +141,7 @@ async fn connection<S: Service>(
             return;
         }
     };
-    let hs = match tokio::time::timeout(secs(t.handshake), handshake(&mut sock, conn)).await {
+    let hs = match tokio::time::timeout(secs(t.handshake), handshake(&mut sock, conn, ulp)).await {
         Ok(Ok(hs)) => hs,
         Ok(Err(e)) => {
             front

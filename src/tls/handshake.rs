@@ -52,11 +52,19 @@ impl From<rustls::Error> for HandshakeError {
 
 /// Run the handshake on `sock` until rustls reports it may send application
 /// data and has nothing left to send.
+///
+/// `record_by_record`: read exactly one record at a time, so that nothing
+/// after the client's Finished is read (needed before a kTLS handoff);
+/// otherwise read whatever has arrived, saving system calls, and hand any
+/// surplus on in [`Handshaken`].
 pub async fn handshake(
     sock: &mut TcpStream,
     mut conn: UnbufferedServerConnection,
+    record_by_record: bool,
 ) -> Result<Handshaken, HandshakeError> {
-    let mut incoming = vec![0u8; MAX_RECORD];
+    // Grown record by record (a ClientHello is usually under 2 KiB): a
+    // connection that goes idle after its handshake keeps little memory.
+    let mut incoming = vec![0u8; 2048];
     let mut used = 0usize;
     let mut outgoing: Vec<u8> = Vec::with_capacity(4096);
     let mut early_plaintext = Vec::new();
@@ -104,6 +112,7 @@ pub async fn handshake(
                 sock.write_all(&outgoing).await?;
             }
             incoming.truncate(used);
+            incoming.shrink_to_fit();
             return Ok(Handshaken {
                 conn,
                 pending_tls: incoming,
@@ -112,7 +121,11 @@ pub async fn handshake(
             });
         }
         if need_read {
-            let n = read_one_record(sock, &mut incoming, used).await?;
+            let n = if record_by_record {
+                read_one_record(sock, &mut incoming, used).await?
+            } else {
+                read_some(sock, &mut incoming, used).await?
+            };
             if first_record {
                 // rustls' unbuffered server API does not expose SNI: read it
                 // from the ClientHello record (rustls has already checked
@@ -162,10 +175,34 @@ async fn flush_alert(
     }
 }
 
-/// Read until `buf[..used]` ends with one more complete record, never past it.
+/// Read whatever has arrived (at least one byte) after `buf[..used]`.
+async fn read_some(
+    sock: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    used: usize,
+) -> Result<usize, HandshakeError> {
+    if buf.len() - used < 2048 {
+        if buf.len() >= 4 * MAX_RECORD {
+            return Err(TransportError::Protocol("handshake larger than the record buffer").into());
+        }
+        buf.resize(buf.len() + MAX_RECORD, 0);
+    }
+    loop {
+        sock.readable().await?;
+        match sock.try_read(&mut buf[used..]) {
+            Ok(0) => return Err(HandshakeError::Eof),
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Read until `buf[..used]` ends with one more complete record, never past
+/// it, growing `buf` to fit that record.
 async fn read_one_record(
     sock: &mut TcpStream,
-    buf: &mut [u8],
+    buf: &mut Vec<u8>,
     used: usize,
 ) -> Result<usize, HandshakeError> {
     let mut have = used;
@@ -192,8 +229,11 @@ async fn read_one_record(
         if have >= want && have - start >= 5 {
             return Ok(have - used);
         }
-        if want > buf.len() {
+        if want > 4 * MAX_RECORD {
             return Err(TransportError::Protocol("handshake larger than the record buffer").into());
+        }
+        if want > buf.len() {
+            buf.resize(want, 0);
         }
         sock.readable().await?;
         match sock.try_read(&mut buf[have..want]) {

@@ -19,6 +19,8 @@ use tokio::net::TcpStream;
 
 /// Plaintext per write when sending a file: 8 full records.
 const FILE_CHUNK: usize = 8 * 16384;
+/// Most plaintext held back waiting for a body (one record's worth).
+const CORK_MAX: usize = 16384;
 /// Per-record overhead bound for the output buffer (header + nonce + tag +
 /// TLS 1.3 content type).
 const RECORD_OVERHEAD: usize = 5 + 8 + 16 + 1 + 2;
@@ -37,6 +39,9 @@ pub struct UserTls {
     out_pos: usize,
     /// Plaintext staging for file reads.
     file_buf: Vec<u8>,
+    /// A response head held back (`write_all(.., more: true)`) so that it
+    /// shares its record, and its write, with the body that follows.
+    corked: Vec<u8>,
     peer_closed: bool,
     stall: Duration,
 }
@@ -63,6 +68,7 @@ impl UserTls {
             out: Vec::new(),
             out_pos: 0,
             file_buf: Vec::new(),
+            corked: Vec::new(),
             peer_closed: false,
             stall,
         }
@@ -233,6 +239,15 @@ impl UserTls {
         self.take_plain(buf)
     }
 
+    /// Encrypt a held-back head on its own (nothing followed it).
+    fn uncork(&mut self) -> Result<(), TransportError> {
+        if !self.corked.is_empty() {
+            let c = std::mem::take(&mut self.corked);
+            self.queue(&c)?;
+        }
+        Ok(())
+    }
+
     // ---- Async helpers on top of the core.
 
     async fn flush(&mut self) -> Result<(), TransportError> {
@@ -272,6 +287,10 @@ impl UserTls {
 
 impl Transport for UserTls {
     async fn read(&mut self, buf: &mut [u8]) -> Result<usize, TransportError> {
+        if !self.corked.is_empty() {
+            self.uncork()?;
+            self.flush().await?;
+        }
         loop {
             if self.plain_pos < self.plain.len() {
                 return Ok(self.take_plain(buf));
@@ -295,16 +314,30 @@ impl Transport for UserTls {
         if self.plain_pos < self.plain.len() || self.peer_closed || self.in_len > 0 {
             return Ok(());
         }
-        self.sock.readable().await?;
+        // Not just `readable()`: tokio keeps a socket marked readable until
+        // an operation sees EAGAIN, which would wake an idle connection at
+        // once (right after the handshake, say) to allocate buffers for
+        // nothing. A one-byte peek waits for real bytes (or EOF).
+        let mut probe = [0u8; 1];
+        self.sock.peek(&mut probe).await?;
         Ok(())
     }
 
-    async fn write_all(&mut self, data: &[u8], _more: bool) -> Result<(), TransportError> {
-        for chunk in data.chunks(FILE_CHUNK) {
-            self.step(Want::Encrypt(chunk))?;
-            self.flush().await?;
+    async fn write_all(&mut self, data: &[u8], more: bool) -> Result<(), TransportError> {
+        if more && self.corked.len() + data.len() <= CORK_MAX {
+            self.corked.extend_from_slice(data);
+            return Ok(());
         }
-        Ok(())
+        if !self.corked.is_empty() {
+            let mut all = std::mem::take(&mut self.corked);
+            all.extend_from_slice(data);
+            self.queue(&all)?;
+            all.clear();
+            self.corked = all;
+        } else {
+            self.queue(data)?;
+        }
+        self.flush().await
     }
 
     async fn send_file(
@@ -314,18 +347,26 @@ impl Transport for UserTls {
         len: u64,
     ) -> Result<(), TransportError> {
         let end = offset + len;
+        // The corked head goes first, in the same record as the body start.
+        let mut head = self.corked.len();
         let mut staging = std::mem::take(&mut self.file_buf);
-        staging.resize(FILE_CHUNK, 0);
+        let size = (head as u64 + len).min(FILE_CHUNK as u64) as usize;
+        if staging.len() < size {
+            staging.resize(size, 0);
+        }
+        staging[..head].copy_from_slice(&self.corked);
+        self.corked.clear();
         let result = async {
             while offset < end {
-                let want = ((end - offset) as usize).min(FILE_CHUNK);
-                let n = file.read_at(&mut staging[..want], offset)?;
+                let want = ((end - offset) as usize).min(staging.len() - head);
+                let n = file.read_at(&mut staging[head..head + want], offset)?;
                 if n == 0 {
                     return Err(TransportError::FileShrank);
                 }
-                self.step(Want::Encrypt(&staging[..n]))?;
+                self.step(Want::Encrypt(&staging[..head + n]))?;
                 self.flush().await?;
                 offset += n as u64;
+                head = 0;
             }
             Ok(())
         }
@@ -335,6 +376,7 @@ impl Transport for UserTls {
     }
 
     async fn close(&mut self) -> Result<(), TransportError> {
+        self.uncork()?;
         self.step(Want::CloseNotify)?;
         self.flush().await?;
         socket2::SockRef::from(&self.sock).shutdown(std::net::Shutdown::Write)?;
@@ -354,6 +396,7 @@ impl Transport for UserTls {
             self.out_pos = 0;
         }
         self.file_buf = Vec::new();
+        self.corked = Vec::new();
     }
 
     fn path(&self) -> Path {
