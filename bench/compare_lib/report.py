@@ -29,6 +29,7 @@ SERVE_FIGURES = [
     ("ka_p99_ms", "1 KiB keep-alive p99 latency", "ms", "lower", 2),
     ("ka_cpu_us_per_req", "server CPU per 1 KiB keep-alive request", "CPU µs", "lower", 1),
     ("idle_kib_per_conn", "memory per idle TLS connection (1000 open)", "KiB", "lower", 1),
+    ("rss_peak_mib", "peak RSS (VmHWM, during the overload ramps)", "MiB", "lower", 0),
     ("rss_end_mib", "RSS at the end (after the overload ramps)", "MiB", "lower", 0),
 ]
 
@@ -42,6 +43,7 @@ PROXY_FIGURES = [
     ("hs_full_cpu_ms", "proxy CPU per 1000 full handshakes", "CPU s", "lower", 3),
     ("hs_full_per_core", "  = full handshakes per proxy core-second", "/s", "higher", 0),
     ("idle_kib_per_conn", "memory per idle TLS connection (1000 open)", "KiB", "lower", 1),
+    ("rss_peak_mib", "peak RSS (VmHWM, during the overload ramp)", "MiB", "lower", 0),
     ("rss_end_mib", "RSS at the end (after the overload ramp)", "MiB", "lower", 0),
 ]
 
@@ -156,8 +158,8 @@ def value(rd, name, key, aes):
     r = rd.get(name)
     if not isinstance(r, dict):
         return None
-    if key == "rss_end_mib":
-        v = r.get("rss_end_kib")
+    if key in ("rss_end_mib", "rss_peak_mib"):
+        v = r.get(key.replace("_mib", "_kib"))
         return v / 1024 if isinstance(v, (int, float)) else None
     if key == "dl_pct_aes":
         v = r.get("dl_MiBps")

@@ -79,14 +79,14 @@ def cpu_seconds(pids):
     return total / TICK
 
 
-def rss_kib(pids):
-    """Sum of VmRSS over pids, KiB."""
+def rss_kib(pids, field="VmRSS"):
+    """Sum of VmRSS (or VmHWM, the peak) over pids, KiB."""
     total = 0
     for p in pids:
         try:
             with open(f"/proc/{p}/status") as f:
                 for line in f:
-                    if line.startswith("VmRSS:"):
+                    if line.startswith(field + ":"):
                         total += int(line.split()[1])
                         break
         except OSError:
