@@ -109,10 +109,6 @@ impl Metrics {
         }
     }
 
-    pub fn connections_on(&self, p: Path) -> u64 {
-        self.connections[idx(p)].load(Relaxed)
-    }
-
     /// A multi-line summary, logged at shutdown.
     pub fn report(&self) -> String {
         let mut s = String::new();

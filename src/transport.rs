@@ -17,15 +17,6 @@ pub enum Path {
     Userspace,
 }
 
-impl Path {
-    pub fn name(self) -> &'static str {
-        match self {
-            Path::Ktls => "ktls",
-            Path::Userspace => "userspace",
-        }
-    }
-}
-
 /// Why a transport operation failed. Every variant ends the connection.
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
