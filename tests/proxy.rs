@@ -70,6 +70,19 @@ fn within<F: std::future::Future>(
     rt.block_on(async { tokio::time::timeout(Duration::from_secs(secs), f).await })
 }
 
+/// Connect over TLS, send nothing, and read until the server closes (the
+/// client never closes first).
+async fn read_until_close(port: u16, ca: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(client_config(ca))
+        .connect(name, tcp)
+        .await?;
+    let mut got = Vec::new();
+    tls.read_to_end(&mut got).await?;
+    Ok(got)
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -298,16 +311,7 @@ fn backend_down_gives_a_tls_close_not_a_hang() {
     let started = std::time::Instant::now();
     for _ in 0..3 {
         // A clean TLS close (close_notify): no data, no error.
-        let back = rt().block_on(async {
-            let tcp = tokio::net::TcpStream::connect(("127.0.0.1", server.port)).await?;
-            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-            let mut tls = tokio_rustls::TlsConnector::from(client_config(&server.ca()))
-                .connect(name, tcp)
-                .await?;
-            let mut got = Vec::new();
-            tls.read_to_end(&mut got).await?;
-            Ok::<_, std::io::Error>(got)
-        });
+        let back = rt().block_on(read_until_close(server.port, &server.ca()));
         assert_eq!(back.unwrap(), b"");
     }
     // A client that talks first also gets the close, not a hang.
@@ -425,16 +429,7 @@ fn backend_that_never_answers_hits_the_connect_timeout() {
     std::thread::sleep(Duration::from_millis(200));
     let server = Server::proxy(&addr.to_string(), &["--connect-timeout", "1"]);
     let started = std::time::Instant::now();
-    let back = rt().block_on(async {
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", server.port)).await?;
-        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-        let mut tls = tokio_rustls::TlsConnector::from(client_config(&server.ca()))
-            .connect(name, tcp)
-            .await?;
-        let mut got = Vec::new();
-        tls.read_to_end(&mut got).await?;
-        Ok::<_, std::io::Error>(got)
-    });
+    let back = rt().block_on(read_until_close(server.port, &server.ca()));
     assert_eq!(back.unwrap(), b"", "a clean TLS close");
     let took = started.elapsed();
     assert!(
