@@ -6,7 +6,28 @@
 use std::fs::File;
 use std::io;
 use std::time::Duration;
+use tokio::io::Interest;
+use tokio::net::TcpStream;
 use tokio::time::{timeout_at, Instant};
+
+/// `try_read`, and a read shorter than `buf` also clears tokio's readiness
+/// for the socket: TCP's recvmsg copies until the buffer is full or the
+/// receive queue is empty, so a short read means it was drained, and with
+/// edge-triggered epoll anything that arrives later raises a new event.
+/// This saves the read that would only return EAGAIN after every request;
+/// tokio's own `AsyncRead::poll_read` does the same (tokio-rs/tokio#5866),
+/// but `try_read` does not.
+pub(crate) fn try_read_drained(sock: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    let n = sock.try_read(buf)?;
+    if n > 0 && n < buf.len() {
+        // A closure that reports WouldBlock is how tokio is told to clear
+        // the readiness it observed (closed bits are never cleared).
+        let _ = sock.try_io(Interest::READABLE, || {
+            Err::<(), _>(io::ErrorKind::WouldBlock.into())
+        });
+    }
+    Ok(n)
+}
 
 /// Which data path a connection took.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -659,6 +659,42 @@ fn sessions_resume_across_workers() {
 }
 
 #[test]
+fn tickets_reach_a_client_that_sends_nothing() {
+    // In user space the TLS 1.3 tickets wait for the first response, to
+    // share its write; a client that sends no request must get them anyway
+    // (when its connection turns idle), and resume with them.
+    let server = Server::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let sess = dir.path().join("sess.pem");
+    let ca = server.ca().display().to_string();
+    let sess_s = sess.display().to_string();
+    let (out, err, _) = s_client(
+        server.port,
+        &["-tls1_3", "-CAfile", &ca, "-sess_out", &sess_s],
+        &[Step::WaitForFile(&sess)],
+        Duration::from_secs(30),
+    );
+    let saved = std::fs::read_to_string(&sess).unwrap_or_default();
+    assert!(
+        saved.contains("BEGIN SSL SESSION PARAMETERS"),
+        "no ticket without a request:\n{out}{err}"
+    );
+    let req = b"GET /hello.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let (out, err, _) = s_client(
+        server.port,
+        &["-tls1_3", "-CAfile", &ca, "-ign_eof", "-sess_in", &sess_s],
+        &[Step::Send(req)],
+        Duration::from_secs(20),
+    );
+    assert!(
+        out.contains("Reused, TLSv1.3") && out.contains("hello world"),
+        "{out}{err}"
+    );
+    let (_, report) = server.stop();
+    assert!(report.contains("resumed 1"), "{report}");
+}
+
+#[test]
 fn key_update_from_the_client() {
     let _g = serial();
     let server = Server::start(&[]);

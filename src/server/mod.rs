@@ -16,6 +16,7 @@ use crate::tls::userspace::UserTls;
 use crate::tls::TlsOptions;
 use rustls::ServerConfig;
 use socket2::{Domain, Socket, Type};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -58,18 +59,24 @@ pub(crate) trait Service: Send + Sync + 'static {
     /// Right after accept, before TLS (e.g. a PROXY header from a load
     /// balancer). Returns (client, local) addresses, or `None` to drop the
     /// connection.
-    async fn accepted(
+    fn accepted(
         &self,
         _front: &Front,
         _sock: &mut TcpStream,
         peer: SocketAddr,
         local: SocketAddr,
-    ) -> Option<(SocketAddr, SocketAddr)> {
-        Some((peer, local))
+    ) -> impl Future<Output = Option<(SocketAddr, SocketAddr)>> + Send {
+        std::future::ready(Some((peer, local)))
     }
 
     /// Serve one connection.
-    async fn serve(&self, front: &Front, tls: Tls, info: ConnInfo, stop: watch::Receiver<bool>);
+    fn serve(
+        &self,
+        front: &Front,
+        tls: Tls,
+        info: ConnInfo,
+        stop: watch::Receiver<bool>,
+    ) -> impl Future<Output = ()> + Send;
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -10,9 +10,8 @@ use crate::tls::handshake::{handshake, Handshaken};
 use crate::tls::userspace::UserTls;
 use crate::transport::{Path, TransportError};
 use rustls::server::UnbufferedServerConnection;
-use std::cell::Cell;
 use std::os::fd::AsFd;
-use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
@@ -35,13 +34,15 @@ pub(super) fn worker<S: Service>(
             return;
         }
     };
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, async move {
-        let active = Rc::new(Cell::new(0usize));
+    // Plain `spawn` on the current-thread runtime, no `LocalSet`: a
+    // LocalSet task woken by the I/O driver wakes the runtime through its
+    // eventfd (a write and an extra epoll_wait per wake-up).
+    rt.block_on(async move {
+        let active = Arc::new(AtomicUsize::new(0));
         for l in listeners {
             match TcpListener::from_std(l) {
                 Ok(l) => {
-                    tokio::task::spawn_local(accept_loop(
+                    tokio::spawn(accept_loop(
                         l,
                         front.clone(),
                         service.clone(),
@@ -58,7 +59,7 @@ pub(super) fn worker<S: Service>(
             }
         }
         let deadline = tokio::time::Instant::now() + grace;
-        while active.get() > 0 && tokio::time::Instant::now() < deadline {
+        while active.load(Relaxed) > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     });
@@ -69,9 +70,15 @@ async fn accept_loop<S: Service>(
     front: Arc<Front>,
     service: Arc<S>,
     mut stop: watch::Receiver<bool>,
-    active: Rc<Cell<usize>>,
+    active: Arc<AtomicUsize>,
 ) {
     let max = front.max_connections;
+    // Bound to one address, every connection's local address is that one:
+    // no getsockname() per connection.
+    let bound = listener
+        .local_addr()
+        .ok()
+        .filter(|a| !a.ip().is_unspecified());
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
@@ -79,18 +86,18 @@ async fn accept_loop<S: Service>(
         };
         match accepted {
             Ok((sock, peer)) => {
-                if active.get() >= max {
+                if active.load(Relaxed) >= max {
                     front.metrics.error("connection_limit");
                     continue;
                 }
-                active.set(active.get() + 1);
+                active.fetch_add(1, Relaxed);
                 let front = front.clone();
                 let service = service.clone();
                 let stop = stop.clone();
                 let active = active.clone();
-                tokio::task::spawn_local(async move {
-                    connection(sock, peer, &front, &*service, stop).await;
-                    active.set(active.get() - 1);
+                tokio::spawn(async move {
+                    connection(sock, peer, bound, &front, &*service, stop).await;
+                    active.fetch_sub(1, Relaxed);
                 });
             }
             Err(e) => {
@@ -106,13 +113,17 @@ async fn accept_loop<S: Service>(
 async fn connection<S: Service>(
     mut sock: TcpStream,
     peer: std::net::SocketAddr,
+    bound: Option<std::net::SocketAddr>,
     front: &Front,
     service: &S,
     stop: watch::Receiver<bool>,
 ) {
     let _ = sock.set_nodelay(true);
     let t = &front.timeouts;
-    let local = sock.local_addr().unwrap_or(peer);
+    let local = match bound {
+        Some(a) => a,
+        None => sock.local_addr().unwrap_or(peer),
+    };
     let Some((client, local)) = service.accepted(front, &mut sock, peer, local).await else {
         return;
     };
@@ -175,7 +186,10 @@ async fn connection<S: Service>(
         (Some(v), Some(c)) => front.ktls.offloads(v, c),
         _ => false,
     };
-    let buffered = !hs.pending_tls.is_empty() || !hs.early_plaintext.is_empty() || hs.peer_closed;
+    let buffered = !hs.pending_tls.is_empty()
+        || !hs.early_plaintext.is_empty()
+        || !hs.pending_out.is_empty()
+        || hs.peer_closed;
     let stall = secs(t.send);
     let info = ConnInfo {
         client,

@@ -4,11 +4,14 @@
 //! when the handshake completes no byte of the client's first request sits
 //! in our buffer: it is still in the socket, where the kernel will decrypt it
 //! once `TLS_RX` is set. Everything rustls wants to send (the server's
-//! flight, TLS 1.3 session tickets) is written out before we return, because
-//! the kernel handoff requires an empty send queue.
+//! flight, TLS 1.3 session tickets) is written out before we return when a
+//! kernel handoff is planned, because it requires an empty send queue. On
+//! the user-space path the tickets are handed on unsent instead, so that they
+//! share a write (and a trip through loopback or the NIC) with the first
+//! response.
 
 use super::outbuf::OutBuf;
-use crate::transport::TransportError;
+use crate::transport::{try_read_drained, TransportError};
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, UnbufferedStatus};
 use std::io;
@@ -32,6 +35,9 @@ pub struct Handshaken {
     /// The client's close_notify was read with the handshake (a client
     /// that sends its data and closes at once).
     pub peer_closed: bool,
+    /// Records rustls queued after the handshake (TLS 1.3 session tickets),
+    /// not yet written: only when not reading record by record.
+    pub pending_out: OutBuf,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -92,9 +98,17 @@ pub async fn handshake(
         match state {
             ConnectionState::EncodeTlsData(mut enc) => outgoing.encode(&mut enc),
             ConnectionState::TransmitTlsData(tx) => {
-                sock.write_all(outgoing.data()).await?;
-                outgoing.consume(outgoing.len());
                 tx.done();
+                // TLS 1.3 output after the client's Finished is only session
+                // tickets, which nobody waits for: without a handoff they
+                // wait for the first response. Anything else (TLS 1.2's last
+                // flight above all) goes now.
+                let tickets_only = !conn.is_handshaking()
+                    && conn.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3);
+                if record_by_record || !tickets_only {
+                    sock.write_all(outgoing.data()).await?;
+                    outgoing.consume(outgoing.len());
+                }
             }
             ConnectionState::BlockedHandshake => need_read = true,
             ConnectionState::ReadTraffic(mut rt) => {
@@ -117,8 +131,9 @@ pub async fn handshake(
             used -= discard;
         }
         if done {
-            if !outgoing.is_empty() {
+            if record_by_record && !outgoing.is_empty() {
                 sock.write_all(outgoing.data()).await?;
+                outgoing = OutBuf::default();
             }
             incoming.truncate(used);
             incoming.shrink_to_fit();
@@ -128,6 +143,7 @@ pub async fn handshake(
                 early_plaintext,
                 sni,
                 peer_closed,
+                pending_out: outgoing,
             });
         }
         if need_read {
@@ -182,7 +198,7 @@ async fn read_some(
     }
     loop {
         sock.readable().await?;
-        match sock.try_read(&mut buf[used..]) {
+        match try_read_drained(sock, &mut buf[used..]) {
             Ok(0) => return Err(HandshakeError::Eof),
             Ok(n) => return Ok(n),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
@@ -229,7 +245,7 @@ async fn read_one_record(
             buf.resize(want, 0);
         }
         sock.readable().await?;
-        match sock.try_read(&mut buf[have..want]) {
+        match try_read_drained(sock, &mut buf[have..want]) {
             Ok(0) => return Err(HandshakeError::Eof),
             Ok(n) => have += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,

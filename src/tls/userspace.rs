@@ -44,6 +44,10 @@ pub struct UserTls {
     /// A response head held back (`write_all(.., more: true)`) so that it
     /// shares its record, and its write, with the body that follows.
     corked: Vec<u8>,
+    /// `out` holds only what the handshake left (session tickets): it goes
+    /// out with the first response, or when the connection turns idle, not
+    /// in a write of its own before the first read.
+    tickets_held: bool,
     peer_closed: bool,
     stall: Duration,
 }
@@ -61,6 +65,7 @@ impl UserTls {
     pub fn new(sock: TcpStream, hs: Handshaken, stall: Duration) -> Self {
         let in_len = hs.pending_tls.len();
         let peer_closed = hs.peer_closed;
+        let tickets_held = !hs.pending_out.is_empty();
         UserTls {
             sock,
             conn: hs.conn,
@@ -68,9 +73,10 @@ impl UserTls {
             in_len,
             plain: hs.early_plaintext,
             plain_pos: 0,
-            out: OutBuf::default(),
+            out: hs.pending_out,
             file_buf: Vec::new(),
             corked: Vec::new(),
+            tickets_held,
             peer_closed,
             stall,
         }
@@ -95,7 +101,11 @@ impl UserTls {
                         self.plain.extend_from_slice(rec?.payload);
                     }
                 }
-                ConnectionState::EncodeTlsData(mut enc) => self.out.encode(&mut enc),
+                ConnectionState::EncodeTlsData(mut enc) => {
+                    // A reply (alert, KeyUpdate) takes the tickets with it.
+                    self.tickets_held = false;
+                    self.out.encode(&mut enc)
+                }
                 // Output stays queued in `out`, in order; it is written by
                 // the caller before anything else.
                 ConnectionState::TransmitTlsData(tx) => tx.done(),
@@ -183,6 +193,7 @@ impl UserTls {
                 Err(e) => return Err(e),
             }
         }
+        self.tickets_held = false;
         Ok(true)
     }
 
@@ -208,7 +219,7 @@ impl UserTls {
                 "record larger than the protocol allows",
             ));
         }
-        match self.sock.try_read(&mut self.inbuf[self.in_len..]) {
+        match crate::transport::try_read_drained(&self.sock, &mut self.inbuf[self.in_len..]) {
             Ok(0) => {
                 self.peer_closed = true;
                 Ok(false)
@@ -286,7 +297,7 @@ impl Transport for UserTls {
                 return Ok(0);
             }
             self.step(Want::Process)?;
-            if !self.out.is_empty() {
+            if !self.out.is_empty() && !self.tickets_held {
                 self.flush().await?;
             }
             if self.plain_pos < self.plain.len() || self.peer_closed {
@@ -376,11 +387,20 @@ impl Transport for UserTls {
         self.uncork()?;
         self.step(Want::CloseNotify)?;
         self.flush().await?;
-        socket2::SockRef::from(&self.sock).shutdown(std::net::Shutdown::Write)?;
+        // After the peer's close_notify nothing more will be read: the
+        // close() that follows sends the FIN without a shutdown() of its own.
+        if !self.peer_closed {
+            socket2::SockRef::from(&self.sock).shutdown(std::net::Shutdown::Write)?;
+        }
         Ok(())
     }
 
     fn release_buffers(&mut self) {
+        // Held tickets go now, if the socket takes them at once; if not they
+        // stay queued and go with the next write.
+        if self.tickets_held {
+            let _ = self.try_flush();
+        }
         if self.in_len == 0 {
             self.inbuf = Vec::new();
         }

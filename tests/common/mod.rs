@@ -371,6 +371,10 @@ pub enum Step<'a> {
     /// next input goes out as a separate read (s_client takes `k` as a
     /// command only at the start of a read).
     WaitFor(&'a str),
+    /// Wait (up to 20 s) until this file exists and is not empty (e.g. the
+    /// `-sess_out` file, written when a TLS 1.3 ticket arrives: s_client's
+    /// own ticket message sits in its stdout buffer until it exits).
+    WaitForFile(&'a std::path::Path),
 }
 
 /// Run `openssl s_client` against `port` with `args`, feeding `steps` to
@@ -422,6 +426,14 @@ pub fn s_client(
                 let deadline = Instant::now() + Duration::from_secs(20);
                 while Instant::now() < deadline
                     && !String::from_utf8_lossy(&seen.lock().unwrap()).contains(text)
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            Step::WaitForFile(path) => {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while Instant::now() < deadline
+                    && std::fs::metadata(path).map_or(true, |m| m.len() == 0)
                 {
                     std::thread::sleep(Duration::from_millis(20));
                 }
