@@ -19,5 +19,6 @@ pub mod ktls;
 pub mod metrics;
 pub mod proxy;
 pub mod server;
+pub mod sys;
 pub mod tls;
 pub mod transport;

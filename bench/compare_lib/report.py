@@ -30,7 +30,7 @@ SERVE_FIGURES = [
     ("ka_cpu_us_per_req", "server CPU per 1 KiB keep-alive request", "CPU µs", "lower", 1),
     ("idle_kib_per_conn", "memory per idle TLS connection (1000 open)", "KiB", "lower", 1),
     ("rss_peak_mib", "peak RSS (VmHWM, during the overload ramps)", "MiB", "lower", 0),
-    ("rss_end_mib", "RSS at the end (after the overload ramps)", "MiB", "lower", 0),
+    ("rss_end_mib", "RSS 10 s after the overload ramps", "MiB", "lower", 0),
 ]
 
 PROXY_FIGURES = [
@@ -44,7 +44,7 @@ PROXY_FIGURES = [
     ("hs_full_per_core", "  = full handshakes per proxy core-second", "/s", "higher", 0),
     ("idle_kib_per_conn", "memory per idle TLS connection (1000 open)", "KiB", "lower", 1),
     ("rss_peak_mib", "peak RSS (VmHWM, during the overload ramp)", "MiB", "lower", 0),
-    ("rss_end_mib", "RSS at the end (after the overload ramp)", "MiB", "lower", 0),
+    ("rss_end_mib", "RSS 10 s after the overload ramp", "MiB", "lower", 0),
 ]
 
 # figures whose server utilisation tells whether the server was the limit

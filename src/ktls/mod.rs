@@ -9,13 +9,13 @@
 
 pub mod probe;
 pub mod stream;
-pub mod sys;
 
 use rustls::{CipherSuite, ConnectionTrafficSecrets, ProtocolVersion, SupportedCipherSuite};
 use std::fmt;
 
+use crate::sys;
+pub use crate::sys::Direction;
 pub use probe::Support;
-pub use sys::Direction;
 
 /// A TLS protocol version kTLS knows about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -3,7 +3,8 @@
 //! The result decides, per connection, whether the handoff is attempted, and
 //! feeds the startup line and `tlsfront check`.
 
-use super::{probe_info, sys, Cipher, Direction, Version};
+use super::{probe_info, Cipher, Direction, Version};
+use crate::sys;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io;

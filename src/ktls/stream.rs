@@ -9,7 +9,8 @@
 //! ends the connection before a single record under the new key is read.
 //! Records are counted against the cipher's confidentiality limit.
 
-use super::{crypto_info, sys, Direction, Version};
+use super::{crypto_info, Direction, Version};
+use crate::sys;
 use crate::transport::{Path, Transport, TransportError};
 use rustls::kernel::KernelConnection;
 use rustls::server::ServerConnectionData;

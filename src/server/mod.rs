@@ -260,12 +260,39 @@ impl Signals {
         Ok(Signals { rt, term, int })
     }
 
+    /// Until SIGTERM or SIGINT, looking after the heap meanwhile.
     fn wait(mut self) {
         self.rt.block_on(async {
-            tokio::select! {
-                _ = self.term.recv() => {}
-                _ = self.int.recv() => {}
+            let mut check = tokio::time::interval(HEAP_CHECK);
+            check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = self.term.recv() => break,
+                    _ = self.int.recv() => break,
+                    _ = check.tick() => release_free_heap(),
+                }
             }
         });
+    }
+}
+
+/// How often the heap is looked at, and how much free memory the allocator
+/// may keep. After a burst (an overload, thousands of connections at once)
+/// glibc keeps what the workers freed: it returns only the top of each
+/// arena, and live blocks pin the rest. Measured: a proxy left at 160 MiB
+/// RSS with no connection open, 10 MiB after `malloc_trim`.
+const HEAP_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
+const HEAP_SLACK: usize = 16 << 20;
+
+fn release_free_heap() {
+    let Some(free) = crate::sys::heap_free_bytes() else {
+        return;
+    };
+    if free > HEAP_SLACK {
+        let released = crate::sys::heap_trim();
+        tracing::debug!(
+            "heap: {} MiB free in the allocator, trimmed: {released}",
+            free >> 20
+        );
     }
 }

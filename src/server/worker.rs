@@ -4,8 +4,9 @@
 
 use super::{ConnInfo, Front, Service, Tls};
 use crate::config::secs;
-use crate::ktls::{crypto_info, stream::KtlsStream, sys, Cipher, Direction, Version};
+use crate::ktls::{crypto_info, stream::KtlsStream, Cipher, Direction, Version};
 use crate::metrics::Fallback;
+use crate::sys;
 use crate::tls::handshake::{handshake, Handshaken};
 use crate::tls::userspace::UserTls;
 use crate::transport::{Path, TransportError};

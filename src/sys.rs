@@ -1,11 +1,12 @@
-//! Raw kernel TLS system calls: the only `unsafe` code in tlsfront.
+//! Raw system calls and C library calls: the only `unsafe` code in tlsfront.
 //!
-//! Written by hand on `libc` because no well-kept crate offers these calls
-//! with the semantics we need: `rustix` has no `TCP_ULP`/`SOL_TLS` socket
-//! options and no typed ancillary data for `TLS_SET_RECORD_TYPE` /
+//! Kernel TLS: written by hand on `libc` because no well-kept crate offers
+//! these calls with the semantics we need: `rustix` has no `TCP_ULP`/`SOL_TLS`
+//! socket options and no typed ancillary data for `TLS_SET_RECORD_TYPE` /
 //! `TLS_GET_RECORD_TYPE`, and the `ktls` crate can panic on peer input.
+//! Heap: glibc's `mallinfo2`/`malloc_trim`, which no crate wraps.
 //! Everything here is a thin, checked wrapper; the logic lives in the safe
-//! modules next to this one.
+//! modules that call it (`ktls`, `server`).
 
 use std::io;
 use std::mem;
@@ -207,6 +208,37 @@ pub fn send_record(fd: BorrowedFd<'_>, record_type: u8, data: &[u8]) -> io::Resu
         Err(io::Error::last_os_error())
     } else {
         Ok(n as usize)
+    }
+}
+
+/// Free bytes glibc's allocator holds in its arenas (`mallinfo2().fordblks`):
+/// memory the process keeps although nothing uses it. `None` off glibc.
+pub fn heap_free_bytes() -> Option<usize> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 takes no arguments and returns a plain struct
+        // by value; it only reads the allocator's own state under its locks.
+        let info = unsafe { libc::mallinfo2() };
+        Some(info.fordblks)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        None
+    }
+}
+
+/// Give the free pages of every arena back to the kernel (`malloc_trim(0)`).
+/// Returns whether any memory was released.
+pub fn heap_trim() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: malloc_trim takes a size and no pointers; it works on the
+        // allocator's own free lists under its locks, like free() does.
+        unsafe { libc::malloc_trim(0) == 1 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
     }
 }
 
