@@ -740,6 +740,49 @@ fn memory_freed_after_a_burst_goes_back_to_the_kernel() {
 }
 
 #[test]
+fn open_file_limit_is_raised_and_a_low_one_is_reported() {
+    // A soft limit of 256 under a hard one of 8192: raised at startup, so
+    // accept() does not fail with EMFILE after ~250 connections (1000
+    // connections x 2 descriptors fit).
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tlsfront.toml");
+    std::fs::write(&cfg, "[limits]\nconnections = 1000\n").unwrap();
+    let cfg = cfg.display().to_string();
+    let server = Server::start_with_nofile("256:8192", &["--workers", "1", "--config", &cfg]);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", server.pid())).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    assert_eq!(
+        line.split_whitespace().skip(3).take(2).collect::<Vec<_>>(),
+        ["8192", "8192"],
+        "{line}"
+    );
+    assert!(
+        !server.startup.iter().any(|l| l.contains("open-file limit")),
+        "{:?}",
+        server.startup
+    );
+    server.stop();
+    // A hard limit too low for the connection limit (1 worker x 10000
+    // connections x 2 descriptors): said at startup, with the fix.
+    let server = Server::start_with_nofile("256:1024", &["--workers", "1"]);
+    let warning = server
+        .startup
+        .iter()
+        .find(|l| l.contains("open-file limit is 1024"))
+        .unwrap_or_else(|| panic!("{:?}", server.startup));
+    assert!(
+        warning.contains("LimitNOFILE") && warning.contains("[limits] connections"),
+        "{warning}"
+    );
+    let out = server.curl(&[&server.url("/hello.txt")]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello world\n");
+    server.stop();
+}
+
+#[test]
 fn key_update_from_the_client() {
     let _g = serial();
     let server = Server::start(&[]);

@@ -66,6 +66,9 @@ pub fn run(cfg: ServeConfig) -> Result<(), StartError> {
 }
 
 impl Service for StaticFiles {
+    /// The socket and the file being sent.
+    const FDS_PER_CONNECTION: u64 = 2;
+
     async fn serve(&self, front: &Front, tls: Tls, _info: ConnInfo, stop: watch::Receiver<bool>) {
         let cx = Ctx { files: self, front };
         match tls {

@@ -199,6 +199,10 @@ impl Proxy {
 }
 
 impl Service for Proxy {
+    /// Client and backend sockets, and the two splice pipes of the kTLS
+    /// relay.
+    const FDS_PER_CONNECTION: u64 = 6;
+
     async fn accepted(
         &self,
         front: &Front,

@@ -56,6 +56,10 @@ pub struct ConnInfo {
 
 /// What runs on a connection once the TLS front is done with it.
 pub(crate) trait Service: Send + Sync + 'static {
+    /// File descriptors one connection may hold at once (its socket, a file
+    /// being sent, a backend socket, splice pipes).
+    const FDS_PER_CONNECTION: u64;
+
     /// Right after accept, before TLS (e.g. a PROXY header from a load
     /// balancer). Returns (client, local) addresses, or `None` to drop the
     /// connection.
@@ -206,6 +210,10 @@ pub(crate) fn run<S: Service>(
     // Signal handlers first: once the port is announced, a supervisor may
     // send SIGTERM at any time, and it must mean "drain", not "die".
     let signals = Signals::install().map_err(StartError::Runtime)?;
+    let needed = (workers * front.max_connections) as u64 * S::FDS_PER_CONNECTION + FD_RESERVE;
+    if let Some(warning) = raise_fd_limit(needed, S::FDS_PER_CONNECTION) {
+        println!("warning: {warning}");
+    }
     let (listeners, bound) = bind_all(listen, workers)?;
     for a in &bound {
         println!("{}", announce(*a));
@@ -235,6 +243,39 @@ pub(crate) fn run<S: Service>(
     }
     println!("{}", front.metrics.report());
     Ok(())
+}
+
+/// Descriptors beside the connections: listeners, epoll, eventfds, the
+/// document root, standard streams.
+const FD_RESERVE: u64 = 64;
+
+/// Raise the soft open-file limit to the hard one, as Go's runtime and
+/// HAProxy do: the usual soft default of 1024 would make accept() fail with
+/// EMFILE long before the connection limits are reached. Returns a warning
+/// when even the hard limit is below `needed`.
+fn raise_fd_limit(needed: u64, per_connection: u64) -> Option<String> {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut lim = getrlimit(Resource::Nofile);
+    if let (Some(soft), Some(hard)) = (lim.current, lim.maximum) {
+        if soft < hard {
+            lim.current = Some(hard);
+            if let Err(e) = setrlimit(Resource::Nofile, lim) {
+                return Some(format!(
+                    "cannot raise the open-file limit from {soft} to {hard}: {e}"
+                ));
+            }
+        }
+    }
+    let have = lim.current?; // None: unlimited
+    (have < needed).then(|| {
+        format!(
+            "the open-file limit is {have}, but the connection limits need up to {needed} \
+             descriptors: beyond about {} connections accept() will fail (EMFILE). Raise the \
+             hard limit (ulimit -Hn, systemd LimitNOFILE=) or lower the connection limit \
+             ([limits] connections in the config file for serve)",
+            have.saturating_sub(FD_RESERVE) / per_connection
+        )
+    })
 }
 
 /// SIGTERM and SIGINT, caught from before the first line is printed.

@@ -180,6 +180,13 @@ impl Server {
         Server::spawn(&["serve", &root], extra)
     }
 
+    /// Serve the fixture root, started by `prlimit --nofile=NOFILE` (soft:hard).
+    pub fn start_with_nofile(nofile: &str, extra: &[&str]) -> Server {
+        let root = fixture().root.display().to_string();
+        let limit = format!("--nofile={nofile}");
+        Server::spawn_via(&["prlimit", &limit, "--"], &["serve", &root], extra)
+    }
+
     /// `tlsfront proxy --backend BACKEND` with extra flags.
     pub fn proxy(backend: &str, extra: &[&str]) -> Server {
         Server::spawn(&["proxy", "--backend", backend], extra)
@@ -222,8 +229,20 @@ impl Server {
     }
 
     fn spawn(command: &[&str], extra: &[&str]) -> Server {
+        Server::spawn_via(&[], command, extra)
+    }
+
+    /// `wrapper` (a command that execs the rest, e.g. prlimit), then tlsfront.
+    fn spawn_via(wrapper: &[&str], command: &[&str], extra: &[&str]) -> Server {
         let data = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new(BIN);
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
         cmd.args(command);
         if !extra.contains(&"--listen") {
             cmd.args(["--listen", "127.0.0.1:0"]);
