@@ -34,19 +34,27 @@ def free_port():
     return port
 
 
+def stat_fields(pid):
+    """/proc/PID/stat from field 3 (state) on, split; None if pid is gone.
+    Field N of the file is element N - 3 (the command name may hold spaces,
+    so the split starts after its closing parenthesis)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            st = f.read()
+    except OSError:
+        return None
+    return st[st.rfind(")") + 2:].split()
+
+
 def children_map():
     """ppid -> [pid] for every process."""
     kids = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                st = f.read()
-        except OSError:
-            continue
-        rest = st[st.rfind(")") + 2:].split()
-        kids.setdefault(int(rest[1]), []).append(int(d))
+        rest = stat_fields(d)
+        if rest is not None:
+            kids.setdefault(int(rest[1]), []).append(int(d))
     return kids
 
 
@@ -68,14 +76,9 @@ def cpu_seconds(pids):
     """utime + stime (fields 14 and 15 of /proc/PID/stat) of pids, seconds."""
     total = 0
     for p in pids:
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                st = f.read()
-        except OSError:
-            continue
-        rest = st[st.rfind(")") + 2:].split()
-        # rest[0] is field 3 (state): field N is rest[N - 3]
-        total += int(rest[11]) + int(rest[12])
+        rest = stat_fields(p)
+        if rest is not None:
+            total += int(rest[11]) + int(rest[12])
     return total / TICK
 
 

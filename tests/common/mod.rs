@@ -81,25 +81,37 @@ pub fn file_path(size: usize) -> PathBuf {
     fixture().root.join(format!("f{size}.bin"))
 }
 
-/// Does this kernel offload every cipher? Decided once with `tlsfront
-/// check`. `TLSFRONT_EXPECT_KTLS=1` (the QEMU guest) makes it mandatory.
-pub fn ktls_expected() -> bool {
-    static K: OnceLock<bool> = OnceLock::new();
-    *K.get_or_init(|| {
+/// `tlsfront check`, run once: (exited 0, its report).
+fn check() -> &'static (bool, String) {
+    static C: OnceLock<(bool, String)> = OnceLock::new();
+    C.get_or_init(|| {
         let out = Command::new(BIN)
             .arg("check")
             .output()
             .expect("run tlsfront check");
-        let all = out.status.code() == Some(0);
-        if std::env::var("TLSFRONT_EXPECT_KTLS").as_deref() == Ok("1") {
-            assert!(
-                all,
-                "TLSFRONT_EXPECT_KTLS=1 but tlsfront check says:\n{}",
-                String::from_utf8_lossy(&out.stdout)
-            );
-        }
-        all
+        (
+            out.status.code() == Some(0),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
     })
+}
+
+/// Does this kernel offload every cipher? Decided once with `tlsfront
+/// check`. `TLSFRONT_EXPECT_KTLS=1` (the QEMU guest) makes it mandatory.
+pub fn ktls_expected() -> bool {
+    let (all, report) = check();
+    if std::env::var("TLSFRONT_EXPECT_KTLS").as_deref() == Ok("1") {
+        assert!(
+            *all,
+            "TLSFRONT_EXPECT_KTLS=1 but tlsfront check says:\n{report}"
+        );
+    }
+    *all
+}
+
+/// Can this kernel take new TLS 1.3 keys (a KeyUpdate), per `tlsfront check`?
+pub fn ktls_rekey() -> bool {
+    check().1.contains("rekey (KeyUpdate):    yes")
 }
 
 /// Tests that read kernel-wide counters must not overlap.
