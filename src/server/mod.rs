@@ -210,8 +210,8 @@ pub(crate) fn run<S: Service>(
     // Signal handlers first: once the port is announced, a supervisor may
     // send SIGTERM at any time, and it must mean "drain", not "die".
     let signals = Signals::install().map_err(StartError::Runtime)?;
-    let needed = (workers * front.max_connections) as u64 * S::FDS_PER_CONNECTION + FD_RESERVE;
-    if let Some(warning) = raise_fd_limit(needed, S::FDS_PER_CONNECTION) {
+    let connections = (workers * front.max_connections) as u64;
+    if let Some(warning) = raise_fd_limit(connections, S::FDS_PER_CONNECTION) {
         println!("warning: {warning}");
     }
     let (listeners, bound) = bind_all(listen, workers)?;
@@ -252,9 +252,10 @@ const FD_RESERVE: u64 = 64;
 /// Raise the soft open-file limit to the hard one, as Go's runtime and
 /// HAProxy do: the usual soft default of 1024 would make accept() fail with
 /// EMFILE long before the connection limits are reached. Returns a warning
-/// when even the hard limit is below `needed`.
-fn raise_fd_limit(needed: u64, per_connection: u64) -> Option<String> {
+/// when even the hard limit is below what `connections` need.
+fn raise_fd_limit(connections: u64, per_connection: u64) -> Option<String> {
     use rustix::process::{getrlimit, setrlimit, Resource};
+    let needed = connections * per_connection + FD_RESERVE;
     let mut lim = getrlimit(Resource::Nofile);
     if let (Some(soft), Some(hard)) = (lim.current, lim.maximum) {
         if soft < hard {
