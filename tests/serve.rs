@@ -696,6 +696,46 @@ fn tickets_reach_a_client_that_sends_nothing() {
 }
 
 #[test]
+fn two_tickets_after_a_full_handshake_one_after_a_resumption() {
+    // As OpenSSL: a new client gets two TLS 1.3 tickets (for parallel
+    // connections), a resuming one a single replacement.
+    let server = Server::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let sess = dir.path().join("sess.pem");
+    let ca = server.ca().display().to_string();
+    let sess_s = sess.display().to_string();
+    let req = b"GET /hello.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let tickets = |out: &str| {
+        out.matches("Post-Handshake New Session Ticket arrived")
+            .count()
+    };
+    let (out, err, _) = s_client(
+        server.port,
+        &["-tls1_3", "-CAfile", &ca, "-ign_eof", "-sess_out", &sess_s],
+        &[Step::Send(req)],
+        Duration::from_secs(20),
+    );
+    assert!(
+        out.contains("New, TLSv1.3") && out.contains("hello world"),
+        "{out}{err}"
+    );
+    assert_eq!(tickets(&out), 2, "{out}");
+    let (out, err, _) = s_client(
+        server.port,
+        &["-tls1_3", "-CAfile", &ca, "-ign_eof", "-sess_in", &sess_s],
+        &[Step::Send(req)],
+        Duration::from_secs(20),
+    );
+    assert!(
+        out.contains("Reused, TLSv1.3") && out.contains("hello world"),
+        "{out}{err}"
+    );
+    assert_eq!(tickets(&out), 1, "{out}");
+    let (_, report) = server.stop();
+    assert!(report.contains("resumed 1"), "{report}");
+}
+
+#[test]
 fn memory_freed_after_a_burst_goes_back_to_the_kernel() {
     // 300 connections fetching 1 MiB files grow the heap by their buffers;
     // once they are gone the allocator keeps the freed memory unless told to

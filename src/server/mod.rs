@@ -13,8 +13,7 @@ use crate::ktls::stream::KtlsStream;
 use crate::ktls::{Support, Version};
 use crate::metrics::Metrics;
 use crate::tls::userspace::UserTls;
-use crate::tls::TlsOptions;
-use rustls::ServerConfig;
+use crate::tls::{ServerConfigs, TlsOptions};
 use socket2::{Domain, Socket, Type};
 use std::future::Future;
 use std::net::SocketAddr;
@@ -25,7 +24,7 @@ use tokio::sync::watch;
 
 /// What every worker shares, whatever the service.
 pub(crate) struct Front {
-    pub tls: Arc<ServerConfig>,
+    pub tls: ServerConfigs,
     pub ktls: Support,
     pub metrics: Metrics,
     pub timeouts: Timeouts,
@@ -167,6 +166,9 @@ fn listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
         sock.set_only_v6(true)?;
     }
     sock.set_nonblocking(true)?;
+    // Linux copies TCP_NODELAY from the listener to every socket accept()
+    // returns: set once here, not once per connection.
+    sock.set_tcp_nodelay(true)?;
     sock.bind(&addr.into())?;
     sock.listen(1024)?;
     Ok(sock.into())
@@ -336,5 +338,21 @@ fn release_free_heap() {
             "heap: {} MiB free in the allocator, trimmed: {released}",
             free >> 20
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The per-connection `setsockopt(TCP_NODELAY)` was dropped because the
+    /// kernel hands the listener's setting on to accepted sockets: check it.
+    #[test]
+    fn accepted_sockets_inherit_nodelay() {
+        let l = listener("127.0.0.1:0".parse().unwrap()).unwrap();
+        l.set_nonblocking(false).unwrap();
+        let _c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (a, _) = l.accept().unwrap();
+        assert!(a.nodelay().unwrap());
     }
 }

@@ -10,7 +10,6 @@ use crate::sys;
 use crate::tls::handshake::{handshake, Handshaken};
 use crate::tls::userspace::UserTls;
 use crate::transport::{Path, TransportError};
-use rustls::server::UnbufferedServerConnection;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -119,7 +118,6 @@ async fn connection<S: Service>(
     service: &S,
     stop: watch::Receiver<bool>,
 ) {
-    let _ = sock.set_nodelay(true);
     let t = &front.timeouts;
     let local = match bound {
         Some(a) => a,
@@ -146,14 +144,9 @@ async fn connection<S: Service>(
         true
     };
 
-    let conn = match UnbufferedServerConnection::new(front.tls.clone()) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!("cannot create a TLS connection: {e}");
-            return;
-        }
-    };
-    let hs = match tokio::time::timeout(secs(t.handshake), handshake(&mut sock, conn, ulp)).await {
+    let hs = match tokio::time::timeout(secs(t.handshake), handshake(&mut sock, &front.tls, ulp))
+        .await
+    {
         Ok(Ok(hs)) => hs,
         Ok(Err(e)) => {
             front

@@ -11,6 +11,7 @@
 //! response.
 
 use super::outbuf::OutBuf;
+use super::ServerConfigs;
 use crate::transport::{try_read_drained, TransportError};
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, UnbufferedStatus};
@@ -69,17 +70,23 @@ impl From<rustls::Error> for HandshakeError {
 /// surplus on in [`Handshaken`].
 pub async fn handshake(
     sock: &mut TcpStream,
-    mut conn: UnbufferedServerConnection,
+    configs: &ServerConfigs,
     record_by_record: bool,
 ) -> Result<Handshaken, HandshakeError> {
     // Grown record by record (a ClientHello is usually under 2 KiB): a
     // connection that goes idle after its handshake keeps little memory.
     let mut incoming = vec![0u8; 2048];
-    let mut used = 0usize;
+    let mut used = if record_by_record {
+        read_one_record(sock, &mut incoming, 0).await?
+    } else {
+        read_some(sock, &mut incoming, 0).await?
+    };
+    // The ClientHello picks the configuration; rustls checks it properly.
+    let (config, hello) = configs.for_client_hello(&incoming[..used]);
+    let sni = hello.sni;
+    let mut conn = UnbufferedServerConnection::new(config)?;
     let mut outgoing = OutBuf::default();
     let mut early_plaintext = Vec::new();
-    let mut sni = None;
-    let mut first_record = true;
     let mut peer_closed = false;
 
     loop {
@@ -147,19 +154,11 @@ pub async fn handshake(
             });
         }
         if need_read {
-            let n = if record_by_record {
+            used += if record_by_record {
                 read_one_record(sock, &mut incoming, used).await?
             } else {
                 read_some(sock, &mut incoming, used).await?
             };
-            if first_record {
-                // rustls' unbuffered server API does not expose SNI: read it
-                // from the ClientHello record (rustls has already checked
-                // nothing yet; this parser only reads within bounds).
-                sni = super::sni::from_client_hello_record(&incoming[used..used + n]);
-                first_record = false;
-            }
-            used += n;
         }
     }
 }

@@ -3,8 +3,8 @@
 //! record-by-record handshake, and the user-space data path.
 
 pub mod handshake;
+mod hello;
 pub(crate) mod outbuf;
-mod sni;
 pub mod userspace;
 
 use rustls::crypto::{aws_lc_rs, CryptoProvider};
@@ -42,7 +42,8 @@ pub struct TlsOptions {
     pub alpn: Vec<Vec<u8>>,
     /// Entries in the server-side session cache (TLS 1.2 session IDs).
     pub session_cache: usize,
-    /// TLS 1.3 tickets sent after each full handshake.
+    /// TLS 1.3 tickets sent after each full handshake (after a resumption:
+    /// at most one, as OpenSSL does).
     pub tls13_tickets: usize,
 }
 
@@ -73,12 +74,42 @@ pub fn provider() -> CryptoProvider {
     }
 }
 
-/// Build the shared server configuration.
+/// The server configurations all workers share. They differ only in how
+/// many TLS 1.3 tickets follow the handshake; the session cache, the ticket
+/// keys and the certificate are the same objects in both.
+#[derive(Clone)]
+pub struct ServerConfigs {
+    full: Arc<ServerConfig>,
+    resuming: Arc<ServerConfig>,
+}
+
+impl ServerConfigs {
+    /// The configuration for a connection whose ClientHello is `record`,
+    /// and what the ClientHello says.
+    ///
+    /// A client that offers a ticket gets at most one new ticket, as from
+    /// OpenSSL: it keeps one ticket per resumption, and each ticket costs an
+    /// encryption and a record. rustls sends the same number after every
+    /// handshake, so the choice is made here, before rustls sees the hello.
+    /// (An offered ticket that turns out stale still means a full
+    /// handshake, with one ticket instead of two: harmless.)
+    pub fn for_client_hello(&self, record: &[u8]) -> (Arc<ServerConfig>, hello::Hello) {
+        let hello = hello::from_record(record);
+        let cfg = if hello.offers_psk {
+            &self.resuming
+        } else {
+            &self.full
+        };
+        (cfg.clone(), hello)
+    }
+}
+
+/// Build the shared server configurations.
 pub fn server_config(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
     opts: &TlsOptions,
-) -> Result<Arc<ServerConfig>, TlsConfigError> {
+) -> Result<ServerConfigs, TlsConfigError> {
     let mut cfg = ServerConfig::builder_with_provider(Arc::new(provider()))
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
         .map_err(TlsConfigError::Setup)?
@@ -92,13 +123,18 @@ pub fn server_config(
     cfg.ticketer = aws_lc_rs::Ticketer::new().map_err(TlsConfigError::Setup)?;
     cfg.send_tls13_tickets = opts.tls13_tickets;
     cfg.max_early_data_size = 0;
-    Ok(Arc::new(cfg))
+    let mut resuming = cfg.clone();
+    resuming.send_tls13_tickets = opts.tls13_tickets.min(1);
+    Ok(ServerConfigs {
+        full: Arc::new(cfg),
+        resuming: Arc::new(resuming),
+    })
 }
 
-/// The SNI reader, for the parser robustness tests.
+/// The ClientHello reader, for the parser robustness tests.
 #[cfg(test)]
 pub(crate) fn sni_for_tests(record: &[u8]) -> Option<String> {
-    sni::from_client_hello_record(record)
+    hello::from_record(record).sni
 }
 
 #[cfg(test)]

@@ -1,13 +1,16 @@
-//! The server name (SNI) from a ClientHello record. rustls 0.23's
-//! unbuffered server connection has no accessor for it, and the PROXY v2
-//! authority TLV needs it; this reads it from the first handshake record,
-//! bounds-checked at every step, giving `None` for anything unexpected (a
-//! ClientHello split across records, no SNI, a malformed message — rustls
-//! rejects the latter itself).
+//! What tlsfront needs from a ClientHello before rustls sees it: the server
+//! name (SNI; rustls 0.23's unbuffered server connection has no accessor for
+//! it, and the PROXY v2 authority TLV needs it) and whether the client offers
+//! a ticket to resume with (which picks the configuration, see
+//! [`super::ServerConfigs`]). Read from the first handshake record,
+//! bounds-checked at every step; anything unexpected (a ClientHello split
+//! across records, a malformed message, which rustls rejects itself) gives
+//! the defaults: no name, no offer.
 
 const HANDSHAKE: u8 = 22;
 const CLIENT_HELLO: u8 = 1;
 const EXT_SERVER_NAME: u16 = 0;
+const EXT_PRE_SHARED_KEY: u16 = 41;
 const HOST_NAME: u8 = 0;
 
 struct Reader<'a>(&'a [u8]);
@@ -37,7 +40,23 @@ impl<'a> Reader<'a> {
     }
 }
 
-pub fn from_client_hello_record(record: &[u8]) -> Option<String> {
+/// The parts of a ClientHello tlsfront looks at.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Hello {
+    /// The host name asked for, lower-cased.
+    pub sni: Option<String>,
+    /// A `pre_shared_key` extension: the client tries to resume.
+    pub offers_psk: bool,
+}
+
+/// Read a ClientHello from the first handshake record.
+pub fn from_record(record: &[u8]) -> Hello {
+    let mut hello = Hello::default();
+    let _ = parse(record, &mut hello);
+    hello
+}
+
+fn parse(record: &[u8], hello: &mut Hello) -> Option<()> {
     let mut r = Reader(record);
     if r.u8()? != HANDSHAKE {
         return None;
@@ -56,23 +75,26 @@ pub fn from_client_hello_record(record: &[u8]) -> Option<String> {
     while !exts.0.is_empty() {
         let typ = exts.u16()?;
         let data = exts.vec16()?;
-        if typ != EXT_SERVER_NAME {
-            continue;
+        match typ {
+            EXT_SERVER_NAME => hello.sni = host_name(data),
+            EXT_PRE_SHARED_KEY => hello.offers_psk = true,
+            _ => {}
         }
-        let mut list = Reader(Reader(data).vec16()?);
-        while !list.0.is_empty() {
-            let kind = list.u8()?;
-            let name = list.vec16()?;
-            if kind == HOST_NAME {
-                let name = std::str::from_utf8(name).ok()?;
-                if !name.is_empty()
-                    && name.len() <= 253
-                    && name.bytes().all(|b| b.is_ascii_graphic())
-                {
-                    return Some(name.to_ascii_lowercase());
-                }
-                return None;
+    }
+    Some(())
+}
+
+fn host_name(ext: &[u8]) -> Option<String> {
+    let mut list = Reader(Reader(ext).vec16()?);
+    while !list.0.is_empty() {
+        let kind = list.u8()?;
+        let name = list.vec16()?;
+        if kind == HOST_NAME {
+            let name = std::str::from_utf8(name).ok()?;
+            if !name.is_empty() && name.len() <= 253 && name.bytes().all(|b| b.is_ascii_graphic()) {
+                return Some(name.to_ascii_lowercase());
             }
+            return None;
         }
     }
     None
@@ -83,6 +105,10 @@ mod tests {
     use super::*;
 
     fn client_hello(sni: Option<&str>) -> Vec<u8> {
+        client_hello_with(sni, false)
+    }
+
+    fn client_hello_with(sni: Option<&str>, psk: bool) -> Vec<u8> {
         let mut exts = Vec::new();
         // An unrelated extension first.
         exts.extend_from_slice(&[0x00, 0x0b, 0x00, 0x02, 0x01, 0x00]);
@@ -95,6 +121,15 @@ mod tests {
             exts.extend_from_slice(&EXT_SERVER_NAME.to_be_bytes());
             exts.extend_from_slice(&(list.len() as u16).to_be_bytes());
             exts.extend_from_slice(&list);
+        }
+        if psk {
+            // One identity (4 bytes, age 0), one 32-byte binder.
+            let mut ext = vec![0, 10, 0, 4, 1, 2, 3, 4, 0, 0, 0, 0];
+            ext.extend_from_slice(&[0, 33, 32]);
+            ext.extend_from_slice(&[9; 32]);
+            exts.extend_from_slice(&EXT_PRE_SHARED_KEY.to_be_bytes());
+            exts.extend_from_slice(&(ext.len() as u16).to_be_bytes());
+            exts.extend_from_slice(&ext);
         }
         let mut body = vec![0x03, 0x03];
         body.extend_from_slice(&[7; 32]);
@@ -115,22 +150,35 @@ mod tests {
     #[test]
     fn finds_the_host_name() {
         assert_eq!(
-            from_client_hello_record(&client_hello(Some("Example.COM"))).as_deref(),
+            from_record(&client_hello(Some("Example.COM")))
+                .sni
+                .as_deref(),
             Some("example.com")
         );
-        assert_eq!(from_client_hello_record(&client_hello(None)), None);
+        assert_eq!(from_record(&client_hello(None)), Hello::default());
+    }
+
+    #[test]
+    fn sees_a_resumption_offer() {
+        let h = from_record(&client_hello_with(Some("a.test"), true));
+        assert_eq!(h.sni.as_deref(), Some("a.test"));
+        assert!(h.offers_psk);
+        assert!(!from_record(&client_hello_with(Some("a.test"), false)).offers_psk);
+        // A truncated record gives the defaults.
+        let full = client_hello_with(None, true);
+        assert!(!from_record(&full[..full.len() - 10]).offers_psk);
     }
 
     #[test]
     fn never_reads_out_of_bounds() {
         let full = client_hello(Some("example.com"));
         for cut in 0..full.len() {
-            let _ = from_client_hello_record(&full[..cut]);
+            let _ = from_record(&full[..cut]);
         }
         let mut bad = full.clone();
         for i in 5..bad.len() {
             bad[i] = 0xff;
-            let _ = from_client_hello_record(&bad);
+            let _ = from_record(&bad);
         }
     }
 }
