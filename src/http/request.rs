@@ -68,6 +68,9 @@ impl RequestError {
     }
 }
 
+/// Header slots kept on the stack (4 KiB); the default limit is 100.
+const STACK_HEADERS: usize = 128;
+
 /// Parse the head at the start of `buf`. `Ok(None)`: incomplete, read more.
 pub fn parse(buf: &[u8], limits: &HeadLimits) -> Result<Option<RequestHead>, RequestError> {
     // Empty lines before the request line are allowed (RFC 9112 2.2).
@@ -81,8 +84,16 @@ pub fn parse(buf: &[u8], limits: &HeadLimits) -> Result<Option<RequestHead>, Req
         Some(n) if n > limits.request_line => return Err(RequestError::UriTooLong),
         _ => {}
     }
-    let mut headers = vec![httparse::EMPTY_HEADER; limits.headers];
-    let mut req = httparse::Request::new(&mut headers);
+    // The header slots live on the stack unless the limit is unusually high.
+    let mut on_stack = [httparse::EMPTY_HEADER; STACK_HEADERS];
+    let mut on_heap = Vec::new();
+    let headers = if limits.headers <= STACK_HEADERS {
+        &mut on_stack[..limits.headers]
+    } else {
+        on_heap.resize(limits.headers, httparse::EMPTY_HEADER);
+        &mut on_heap[..]
+    };
+    let mut req = httparse::Request::new(headers);
     let head_len = match req.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => {
@@ -245,6 +256,23 @@ mod tests {
         assert_eq!(p(&many).unwrap_err(), RequestError::HeadersTooLarge);
         let big = format!("GET / HTTP/1.1\r\nHost: x\r\nA: {}\r\n", "b".repeat(300));
         assert_eq!(p(&big).unwrap_err(), RequestError::HeadersTooLarge);
+    }
+
+    #[test]
+    fn header_limits_beyond_the_stack_slots() {
+        let wide = HeadLimits {
+            request_line: 100,
+            header_bytes: 64 * 1024,
+            headers: STACK_HEADERS + 72,
+        };
+        let head = |n: usize| format!("GET / HTTP/1.1\r\nHost: x\r\n{}\r\n", "A: b\r\n".repeat(n));
+        let ok = head(STACK_HEADERS + 71);
+        assert!(parse(ok.as_bytes(), &wide).unwrap().is_some());
+        let over = head(STACK_HEADERS + 72);
+        assert_eq!(
+            parse(over.as_bytes(), &wide).unwrap_err(),
+            RequestError::HeadersTooLarge
+        );
     }
 
     #[test]

@@ -1,6 +1,9 @@
-//! Response heads and the small built-in error pages.
+//! Response heads and the small built-in error pages. A head is written
+//! straight into the connection's reusable buffer: no allocation per
+//! response.
 
-use std::fmt::Write as _;
+use std::cell::RefCell;
+use std::io::Write as _;
 use std::time::SystemTime;
 
 pub const SERVER: &str = concat!("tlsfront/", env!("CARGO_PKG_VERSION"));
@@ -51,39 +54,59 @@ impl DateCache {
     }
 }
 
+thread_local! {
+    // One per worker thread: workers share nothing on the request path.
+    static DATE: RefCell<DateCache> = RefCell::new(DateCache::default());
+}
+
 /// Writes a response head into a reusable buffer.
 pub struct Head<'a> {
     out: &'a mut Vec<u8>,
 }
 
 impl<'a> Head<'a> {
-    pub fn new(out: &'a mut Vec<u8>, status: u16, date: &str) -> Self {
+    /// Start a head: status line, `Server` and `Date` (this second's).
+    pub fn new(out: &'a mut Vec<u8>, status: u16) -> Self {
+        DATE.with(|d| Self::with_date(out, status, d.borrow_mut().now()))
+    }
+
+    fn with_date(out: &'a mut Vec<u8>, status: u16, date: &str) -> Self {
         out.clear();
-        let mut s = String::with_capacity(64);
+        // Writing to a Vec cannot fail.
         let _ = write!(
-            s,
+            out,
             "HTTP/1.1 {status} {}\r\nServer: {SERVER}\r\nDate: {date}\r\n",
             reason(status)
         );
-        out.extend_from_slice(s.as_bytes());
         Head { out }
     }
 
     pub fn header(&mut self, name: &str, value: &str) -> &mut Self {
-        // Values we write never contain CR or LF; be sure anyway.
-        let value = value.replace(['\r', '\n'], " ");
         self.out.extend_from_slice(name.as_bytes());
         self.out.extend_from_slice(b": ");
+        // Values we write never contain CR or LF; be sure anyway.
+        let at = self.out.len();
         self.out.extend_from_slice(value.as_bytes());
+        for b in &mut self.out[at..] {
+            if *b == b'\r' || *b == b'\n' {
+                *b = b' ';
+            }
+        }
         self.out.extend_from_slice(b"\r\n");
+        self
+    }
+
+    /// A header whose value is an HTTP date (`Last-Modified`).
+    pub fn header_date(&mut self, name: &str, t: SystemTime) -> &mut Self {
+        let _ = write!(self.out, "{name}: {}\r\n", httpdate::HttpDate::from(t));
         self
     }
 
     /// Finish with `Content-Length` (if any) and the connection decision,
     /// stated for the request's HTTP version.
-    pub fn finish(mut self, content_length: Option<u64>, keep_alive: bool, minor: u8) {
+    pub fn finish(self, content_length: Option<u64>, keep_alive: bool, minor: u8) {
         if let Some(n) = content_length {
-            let _ = self.header("Content-Length", &n.to_string());
+            let _ = write!(self.out, "Content-Length: {n}\r\n");
         }
         match (keep_alive, minor) {
             (false, _) => {
@@ -113,14 +136,25 @@ mod tests {
     #[test]
     fn head_layout() {
         let mut out = Vec::new();
-        let mut h = Head::new(&mut out, 404, "Sat, 21 Nov 2026 00:00:00 GMT");
-        h.header("Content-Type", "text/html");
+        let mut h = Head::with_date(&mut out, 404, "Sat, 21 Nov 2026 00:00:00 GMT");
+        h.header("Content-Type", "text/html")
+            .header("X-Test", "a\r\nInjected: yes")
+            .header_date("Last-Modified", SystemTime::UNIX_EPOCH);
         h.finish(Some(3), false, 1);
         let s = String::from_utf8(out).unwrap();
         assert!(s.starts_with("HTTP/1.1 404 Not Found\r\nServer: tlsfront/"));
+        assert!(s.contains("\r\nDate: Sat, 21 Nov 2026 00:00:00 GMT\r\n"));
         assert!(s.ends_with(
-            "Content-Type: text/html\r\nContent-Length: 3\r\nConnection: close\r\n\r\n"
+            "Content-Type: text/html\r\nX-Test: a  Injected: yes\r\n\
+             Last-Modified: Thu, 01 Jan 1970 00:00:00 GMT\r\n\
+             Content-Length: 3\r\nConnection: close\r\n\r\n"
         ));
+        // A second head in the same buffer replaces the first.
+        let mut out = s.into_bytes();
+        Head::new(&mut out, 200).finish(None, true, 1);
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.starts_with("HTTP/1.1 200 OK\r\n"), "{s}");
+        assert!(s.ends_with("GMT\r\n\r\n") && !s.contains("404"), "{s}");
     }
 
     #[test]

@@ -9,25 +9,16 @@ use super::conditional::{self, Outcome};
 use super::path;
 use super::range::{self, RangeResult};
 use super::request::{self, Body, HeadLimits, Method, RequestHead};
-use super::response::{error_page, DateCache, Head};
+use super::response::{error_page, Head};
 use crate::config::{secs, ServeConfig};
 use crate::files::DocRoot;
 use crate::files::{FileError, Lookup, OpenFile};
 use crate::server::{ConnInfo, Front, Service, StartError, Tls};
 use crate::transport::{close_and_linger, Transport, TransportError};
-use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::{timeout, timeout_at, Instant};
-
-thread_local! {
-    static DATE: RefCell<DateCache> = RefCell::new(DateCache::default());
-}
-
-fn date() -> String {
-    DATE.with(|d| d.borrow_mut().now().to_string())
-}
 
 /// How long to keep reading after our close_notify so the client's unread
 /// data does not turn our close into a reset.
@@ -258,7 +249,7 @@ async fn send_page<T: Transport>(
 ) -> Result<(), TransportError> {
     cx.front.metrics.status(status);
     let body = error_page(status);
-    let mut h = Head::new(out, status, &date());
+    let mut h = Head::new(out, status);
     h.header("Content-Type", "text/html; charset=utf-8");
     for (k, v) in extra {
         h.header(k, v);
@@ -323,7 +314,7 @@ async fn respond<T: Transport>(
         }
         Ok(Lookup::Listing(html)) => {
             cx.front.metrics.status(200);
-            let mut h = Head::new(out, 200, &date());
+            let mut h = Head::new(out, 200);
             h.header("Content-Type", "text/html; charset=utf-8");
             h.finish(Some(html.len() as u64), keep_alive, minor);
             if !is_head {
@@ -346,13 +337,12 @@ async fn send_file<T: Transport>(
 ) -> Result<(), TransportError> {
     let is_head = req.method == Method::Head;
     let v = &f.validators;
-    let last_modified = httpdate::fmt_http_date(v.modified);
     match conditional::evaluate(req, v) {
         Outcome::Proceed => {}
         Outcome::NotModified => {
             cx.front.metrics.status(304);
-            let mut h = Head::new(out, 304, &date());
-            h.header("Last-Modified", &last_modified)
+            let mut h = Head::new(out, 304);
+            h.header_date("Last-Modified", v.modified)
                 .header("ETag", &v.etag);
             h.finish(None, keep_alive, req.minor);
             return t.write_all(out, false).await;
@@ -384,9 +374,9 @@ async fn send_file<T: Transport>(
         }
     };
     cx.front.metrics.status(status);
-    let mut h = Head::new(out, status, &date());
+    let mut h = Head::new(out, status);
     h.header("Content-Type", f.content_type)
-        .header("Last-Modified", &last_modified)
+        .header_date("Last-Modified", v.modified)
         .header("ETag", &v.etag)
         .header("Accept-Ranges", "bytes");
     if status == 206 {
