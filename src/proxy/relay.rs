@@ -19,7 +19,6 @@
 use super::backend::Backend;
 use crate::ktls::stream::{KtlsStream, Recv};
 use crate::metrics::Metrics;
-use crate::tls::outbuf::OutBuf;
 use crate::tls::userspace::UserTls;
 use crate::transport::{Path, Transport, TransportError};
 use rustix::pipe::SpliceFlags;
@@ -239,7 +238,6 @@ pub async fn userspace(
     idle: Duration,
     m: &Metrics,
 ) -> Result<(), RelayError> {
-    let mut c2b = OutBuf::default();
     let mut s = Sides::default();
     let mut deadline = Instant::now() + idle;
     loop {
@@ -247,14 +245,13 @@ pub async fn userspace(
         let mut want_b: Option<Interest> = None;
         let mut moved = false;
 
-        // Client -> backend: decrypt into `c2b` while it has room.
-        if !s.client_eof && c2b.len() < WINDOW {
+        // Client -> backend: the plaintext goes to the backend from where
+        // rustls' records were decrypted into; more is read and decrypted
+        // only once the backend has taken all of it (the client's data then
+        // waits in the socket, where TCP flow control holds it back).
+        if !s.client_eof && tls.pending_plain() == 0 {
             tls.process()?;
             if tls.pending_plain() > 0 {
-                let room = (WINDOW - c2b.len()).min(tls.pending_plain());
-                let n = tls.take_plaintext(&mut c2b.spare(room)[..room]);
-                c2b.commit(n);
-                m.bytes_in(Path::Userspace, n as u64);
                 moved = true;
             } else if tls.peer_closed() {
                 s.client_eof = true;
@@ -268,17 +265,18 @@ pub async fn userspace(
                 }
             }
         }
-        if !c2b.is_empty() {
-            match backend.try_write(c2b.data()) {
+        if tls.pending_plain() > 0 {
+            match backend.try_write(tls.plaintext()) {
                 Ok(n) => {
-                    c2b.consume(n);
+                    tls.consume_plaintext(n);
+                    m.bytes_in(Path::Userspace, n as u64);
                     moved = true;
                 }
                 Err(e) if would_block(&e) => add(&mut want_b, Interest::WRITABLE),
                 Err(e) => return Err(RelayError::Backend(e)),
             }
         }
-        if s.client_eof && c2b.is_empty() && !s.backend_shut {
+        if s.client_eof && tls.pending_plain() == 0 && !s.backend_shut {
             let _ = backend.shutdown_write();
             s.backend_shut = true;
         }
@@ -340,7 +338,6 @@ pub async fn userspace(
         let grace = (Instant::now() + IDLE_GRACE).min(deadline);
         match wait(tls.socket(), want_c, backend, want_b, grace, idle).await {
             Err(RelayError::Idle(_)) if grace < deadline => {
-                c2b.release();
                 tls.release_buffers();
                 wait(tls.socket(), want_c, backend, want_b, deadline, idle).await?;
             }

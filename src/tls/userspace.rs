@@ -22,6 +22,10 @@ use tokio::net::TcpStream;
 const FILE_CHUNK: usize = 8 * 16384;
 /// First size of the receive buffer; it grows to a whole record on demand.
 const INITIAL_READ: usize = 4096;
+/// Largest receive buffer: four whole records, reached only while reads keep
+/// filling the buffer (a bulk upload), so that one `recvfrom`, and one write
+/// of the plaintext onwards, carries 64 KiB instead of 16.
+const MAX_READ: usize = 4 * MAX_RECORD;
 /// Most plaintext held back waiting for a body (one record's worth).
 const CORK_MAX: usize = 16384;
 /// Per-record overhead bound for the output buffer (header + nonce + tag +
@@ -48,6 +52,9 @@ pub struct UserTls {
     /// out with the first response, or when the connection turns idle, not
     /// in a write of its own before the first read.
     tickets_held: bool,
+    /// The last read filled the receive buffer: more is arriving than one
+    /// buffer per read takes.
+    streaming: bool,
     peer_closed: bool,
     stall: Duration,
 }
@@ -77,6 +84,7 @@ impl UserTls {
             file_buf: Vec::new(),
             corked: Vec::new(),
             tickets_held,
+            streaming: false,
             peer_closed,
             stall,
         }
@@ -208,11 +216,12 @@ impl UserTls {
             0
         };
         let target = need.clamp(INITIAL_READ, MAX_RECORD);
+        let cap = if self.streaming { MAX_READ } else { MAX_RECORD };
         if self.inbuf.len() < target
-            || self.in_len == self.inbuf.len() && self.inbuf.len() < MAX_RECORD
+            || (self.in_len == self.inbuf.len() || self.streaming) && self.inbuf.len() < cap
         {
             self.inbuf
-                .resize(target.max((self.inbuf.len() * 2).min(MAX_RECORD)), 0);
+                .resize(target.max((self.inbuf.len() * 2).min(cap)), 0);
         }
         if self.in_len == self.inbuf.len() {
             return Err(TransportError::Protocol(
@@ -226,6 +235,7 @@ impl UserTls {
             }
             Ok(n) => {
                 self.in_len += n;
+                self.streaming = self.in_len == self.inbuf.len();
                 Ok(true)
             }
             Err(e) => Err(e.into()),
@@ -235,6 +245,21 @@ impl UserTls {
     /// Move decrypted bytes to `buf`.
     pub fn take_plaintext(&mut self, buf: &mut [u8]) -> usize {
         self.take_plain(buf)
+    }
+
+    /// Decrypted bytes waiting, in place (the proxy writes them to the
+    /// backend from here: no copy into a buffer of its own).
+    pub fn plaintext(&self) -> &[u8] {
+        &self.plain[self.plain_pos..]
+    }
+
+    /// Drop the first `n` bytes of [`Self::plaintext`].
+    pub fn consume_plaintext(&mut self, n: usize) {
+        self.plain_pos = (self.plain_pos + n).min(self.plain.len());
+        if self.plain_pos == self.plain.len() {
+            self.plain.clear();
+            self.plain_pos = 0;
+        }
     }
 
     /// Encrypt a held-back head on its own (nothing followed it).
