@@ -38,6 +38,10 @@ const IDLE_GRACE: Duration = Duration::from_millis(50);
 /// Per-direction buffering: a pipe's default capacity (16 pages).
 const WINDOW: usize = 64 * 1024;
 
+/// What one read from the backend takes on the user-space path: four full
+/// records, encrypted together and written with one `sendto`.
+const SCRATCH_LEN: usize = 64 * 1024;
+
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
     #[error("client side: {0}")]
@@ -287,7 +291,7 @@ pub async fn userspace(
             // the read and the encryption that copies it out.
             let r = SCRATCH.with_borrow_mut(|scratch| {
                 if scratch.is_empty() {
-                    scratch.resize(16 * 1024, 0);
+                    scratch.resize(SCRATCH_LEN, 0);
                 }
                 match backend.try_read(scratch) {
                     Ok(0) => Ok(0),
