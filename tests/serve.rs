@@ -767,14 +767,19 @@ fn memory_freed_after_a_burst_goes_back_to_the_kernel() {
         peak > before + 32 * 1024,
         "the burst should have grown the heap: {before} -> {peak} KiB"
     );
+    // The server leaves up to 16 MiB of free heap untrimmed, and some of
+    // the burst stays live (tokio's registration slab, the session cache):
+    // allow 24 MiB over the start. Without the trim 40-52 MiB stayed.
+    let allowed = before + 24 * 1024;
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut rss = server.rss_kib();
-    while rss > before + 16 * 1024 && Instant::now() < deadline {
+    while rss > allowed && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
         rss = server.rss_kib();
     }
+    eprintln!("RSS before {before}, peak {peak}, after {rss} KiB");
     assert!(
-        rss <= before + 16 * 1024,
+        rss <= allowed,
         "RSS {rss} KiB 20 s after the burst (before {before}, peak {peak} KiB)"
     );
 }
