@@ -76,11 +76,7 @@ pub async fn handshake(
     // Grown record by record (a ClientHello is usually under 2 KiB): a
     // connection that goes idle after its handshake keeps little memory.
     let mut incoming = vec![0u8; 2048];
-    let mut used = if record_by_record {
-        read_one_record(sock, &mut incoming, 0).await?
-    } else {
-        read_some(sock, &mut incoming, 0).await?
-    };
+    let mut used = read_more(sock, &mut incoming, 0, record_by_record).await?;
     // The ClientHello picks the configuration; rustls checks it properly.
     let (config, hello) = configs.for_client_hello(&incoming[..used]);
     let sni = hello.sni;
@@ -154,11 +150,7 @@ pub async fn handshake(
             });
         }
         if need_read {
-            used += if record_by_record {
-                read_one_record(sock, &mut incoming, used).await?
-            } else {
-                read_some(sock, &mut incoming, used).await?
-            };
+            used += read_more(sock, &mut incoming, used, record_by_record).await?;
         }
     }
 }
@@ -180,6 +172,21 @@ async fn flush_alert(
     }
     if !out.is_empty() {
         let _ = sock.try_write(out.data());
+    }
+}
+
+/// Read after `buf[..used]`: exactly one more record, or whatever has
+/// arrived.
+async fn read_more(
+    sock: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    used: usize,
+    record_by_record: bool,
+) -> Result<usize, HandshakeError> {
+    if record_by_record {
+        read_one_record(sock, buf, used).await
+    } else {
+        read_some(sock, buf, used).await
     }
 }
 

@@ -242,11 +242,6 @@ impl UserTls {
         }
     }
 
-    /// Move decrypted bytes to `buf`.
-    pub fn take_plaintext(&mut self, buf: &mut [u8]) -> usize {
-        self.take_plain(buf)
-    }
-
     /// Decrypted bytes waiting, in place (the proxy writes them to the
     /// backend from here: no copy into a buffer of its own).
     pub fn plaintext(&self) -> &[u8] {
@@ -296,14 +291,10 @@ impl UserTls {
     }
 
     fn take_plain(&mut self, buf: &mut [u8]) -> usize {
-        let avail = &self.plain[self.plain_pos..];
+        let avail = self.plaintext();
         let n = avail.len().min(buf.len());
         buf[..n].copy_from_slice(&avail[..n]);
-        self.plain_pos += n;
-        if self.plain_pos == self.plain.len() {
-            self.plain.clear();
-            self.plain_pos = 0;
-        }
+        self.consume_plaintext(n);
         n
     }
 }
