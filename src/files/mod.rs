@@ -10,6 +10,7 @@
 use crate::http::conditional::Validators;
 use crate::http::path::NormPath;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
+use std::cell::Cell;
 use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
@@ -136,7 +137,7 @@ impl DocRoot {
     /// Resolve a request path.
     pub fn lookup(&self, path: &NormPath) -> Result<Lookup, FileError> {
         let rel = path.to_relative();
-        let fd = self.open_at(&rel)?;
+        let fd = self.open_at(rel)?;
         let st = rustix::fs::fstat(&fd)?;
         let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
         match kind {
@@ -145,10 +146,10 @@ impl DocRoot {
                     // "/file.txt/" names no directory.
                     return Err(FileError::NotFound);
                 }
-                Ok(Lookup::File(regular(fd, &st, &rel)))
+                Ok(Lookup::File(regular(fd, &st, rel)))
             }
             rustix::fs::FileType::Directory => {
-                if !path.trailing_slash && !path.segments.is_empty() {
+                if !path.trailing_slash && !path.is_root() {
                     let mut url = path.clone();
                     url.trailing_slash = true;
                     return Ok(Lookup::Redirect(url.to_url()));
@@ -187,12 +188,36 @@ fn regular(fd: OwnedFd, st: &rustix::fs::Stat, name: &Path) -> OpenFile {
 
 /// `Content-Type` from the file name's extension.
 pub fn content_type(name: &Path) -> &'static str {
-    match mime_guess::from_path(name).first_raw() {
+    let Some(ext) = name.extension().and_then(|e| e.to_str()) else {
+        return "application/octet-stream";
+    };
+    // mime_guess searches a table of ~1,000 extensions, case-insensitively;
+    // a worker mostly serves the same few types, so remember the last.
+    type Last = Cell<([u8; 16], usize, &'static str)>;
+    thread_local! {
+        static LAST: Last = const { Cell::new(([0; 16], usize::MAX, "")) };
+    }
+    let (cached, len, ct) = LAST.get();
+    if cached.get(..len) == Some(ext.as_bytes()) {
+        return ct;
+    }
+    let ct = match mime_guess::from_ext(ext).first_raw() {
         Some("text/html") => "text/html; charset=utf-8",
         Some("text/plain") => "text/plain; charset=utf-8",
         Some(t) => t,
         None => "application/octet-stream",
+    };
+    if let Some(dst) = cached_key(ext.as_bytes()) {
+        LAST.set((dst, ext.len(), ct));
     }
+    ct
+}
+
+/// An extension as a cache key, if it is short enough to be one.
+fn cached_key(ext: &[u8]) -> Option<[u8; 16]> {
+    let mut key = [0u8; 16];
+    key.get_mut(..ext.len())?.copy_from_slice(ext);
+    Some(key)
 }
 
 fn listing(dir: OwnedFd, path: &NormPath) -> Result<String, FileError> {
@@ -214,10 +239,7 @@ fn listing(dir: OwnedFd, path: &NormPath) -> Result<String, FileError> {
     let title = escape(&String::from_utf8_lossy(path.to_url().as_bytes()));
     let mut html = format!("<html>\r\n<head><title>Index of {title}</title></head>\r\n<body>\r\n<h1>Index of {title}</h1><hr><pre><a href=\"../\">../</a>\r\n");
     for (name, is_dir) in names {
-        let mut child = path.clone();
-        child.segments.push(name.clone().into_bytes());
-        child.trailing_slash = is_dir;
-        let href = child.to_url();
+        let href = path.child(name.as_bytes(), is_dir).to_url();
         let slash = if is_dir { "/" } else { "" };
         html.push_str(&format!(
             "<a href=\"{}\">{}{slash}</a>\r\n",
@@ -285,6 +307,26 @@ mod tests {
         match look(&r, "/").unwrap() {
             Lookup::Listing(h) => assert!(h.contains("<a href=\"/a.txt\">a.txt</a>")),
             _ => panic!(),
+        }
+    }
+
+    #[test]
+    fn content_types_survive_the_cache() {
+        for _ in 0..2 {
+            for (name, ct) in [
+                ("a.txt", "text/plain; charset=utf-8"),
+                ("a.TXT", "text/plain; charset=utf-8"),
+                ("b.html", "text/html; charset=utf-8"),
+                ("c.css", "text/css"),
+                ("c.css", "text/css"),
+                ("d", "application/octet-stream"),
+                ("e.unknown-ext", "application/octet-stream"),
+                ("f.an-extension-longer-than-16", "application/octet-stream"),
+                ("g.png", "image/png"),
+                ("h.", "application/octet-stream"),
+            ] {
+                assert_eq!(content_type(Path::new(name)), ct, "{name}");
+            }
         }
     }
 

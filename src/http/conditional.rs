@@ -4,11 +4,15 @@
 use super::request::RequestHead;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// The latest time an HTTP date can express (9999-12-31 23:59:59 UTC).
+/// Later file times are clamped to it (`httpdate` panics past it).
+pub const LAST_HTTP_DATE: u64 = 253_402_300_799;
+
 /// The validators of a file.
 #[derive(Debug, Clone)]
 pub struct Validators {
     /// Strong entity tag, quoted.
-    pub etag: String,
+    pub etag: ETag,
     /// Modification time, truncated to whole seconds (HTTP dates).
     pub modified: SystemTime,
 }
@@ -17,9 +21,49 @@ impl Validators {
     pub fn new(size: u64, mtime_secs: i64, mtime_nsec: i64) -> Self {
         let secs = mtime_secs.max(0) as u64;
         Validators {
-            etag: format!("\"{secs:x}.{:x}-{size:x}\"", mtime_nsec.max(0)),
-            modified: UNIX_EPOCH + Duration::from_secs(secs),
+            etag: ETag::new(size, secs, mtime_nsec.max(0) as u64),
+            modified: UNIX_EPOCH + Duration::from_secs(secs.min(LAST_HTTP_DATE)),
         }
+    }
+}
+
+/// A strong entity tag, quoted, nginx-style (`"mtime.nsec-size"` in hex),
+/// kept inline: no allocation per response.
+#[derive(Clone, Copy)]
+pub struct ETag {
+    buf: [u8; ETag::MAX],
+    len: u8,
+}
+
+impl ETag {
+    /// `"` + 16 + `.` + 8 (nanoseconds < 2^30) + `-` + 16 + `"` = 44.
+    const MAX: usize = 48;
+
+    fn new(size: u64, secs: u64, nsec: u64) -> ETag {
+        use std::io::Write as _;
+        let mut buf = [0u8; ETag::MAX];
+        let mut w = &mut buf[..];
+        // Cannot fail: at most 44 bytes (see MAX).
+        let _ = write!(w, "\"{secs:x}.{nsec:x}-{size:x}\"");
+        let len = (ETag::MAX - w.len()) as u8;
+        ETag { buf, len }
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Only ASCII was written.
+        std::str::from_utf8(&self.buf[..self.len as usize]).unwrap_or("")
+    }
+}
+
+impl std::fmt::Display for ETag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Debug for ETag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
@@ -32,7 +76,7 @@ pub enum Outcome {
 
 pub fn evaluate(req: &RequestHead, v: &Validators) -> Outcome {
     if let Some(im) = &req.if_match {
-        if !list_matches(im, &v.etag, true) {
+        if !list_matches(im, v.etag.as_str(), true) {
             return Outcome::PreconditionFailed;
         }
     } else if let Some(date) = req.if_unmodified_since.as_deref().and_then(parse_date) {
@@ -41,7 +85,7 @@ pub fn evaluate(req: &RequestHead, v: &Validators) -> Outcome {
         }
     }
     if let Some(inm) = &req.if_none_match {
-        if list_matches(inm, &v.etag, false) {
+        if list_matches(inm, v.etag.as_str(), false) {
             return Outcome::NotModified;
         }
     } else if let Some(date) = req.if_modified_since.as_deref().and_then(parse_date) {
@@ -56,7 +100,7 @@ pub fn evaluate(req: &RequestHead, v: &Validators) -> Outcome {
 pub fn if_range_allows(req: &RequestHead, v: &Validators) -> bool {
     match req.if_range.as_deref().map(str::trim) {
         None => true,
-        Some(tag) if tag.starts_with('"') => tag == v.etag,
+        Some(tag) if tag.starts_with('"') => tag == v.etag.as_str(),
         Some(tag) if tag.starts_with("W/") => false,
         Some(date) => parse_date(date) == Some(v.modified),
     }
@@ -68,7 +112,9 @@ fn parse_date(s: &str) -> Option<SystemTime> {
 
 /// Does a comma-separated entity-tag list (or `*`) match `etag`?
 fn list_matches(list: &str, etag: &str, strong: bool) -> bool {
-    let bare = |t: &str| t.trim().trim_start_matches("W/").to_string();
+    fn bare(t: &str) -> &str {
+        t.trim().trim_start_matches("W/")
+    }
     list.split(',').map(str::trim).any(|t| {
         t == "*"
             || if strong {
@@ -94,6 +140,20 @@ mod tests {
         )
         .unwrap()
         .unwrap()
+    }
+
+    #[test]
+    fn etag_is_nginx_style_and_fits_the_largest_values() {
+        assert_eq!(
+            Validators::new(10, 1_000_000, 5).etag.as_str(),
+            "\"f4240.5-a\""
+        );
+        let big = Validators::new(u64::MAX, i64::MAX, 999_999_999).etag;
+        assert_eq!(
+            big.as_str(),
+            "\"7fffffffffffffff.3b9ac9ff-ffffffffffffffff\""
+        );
+        assert_eq!(Validators::new(0, -5, -1).etag.as_str(), "\"0.0-0\"");
     }
 
     #[test]
@@ -123,7 +183,7 @@ mod tests {
         assert_eq!(evaluate(&r, &v), Outcome::PreconditionFailed);
         r.if_match = Some("*".into());
         assert_eq!(evaluate(&r, &v), Outcome::Proceed);
-        r.if_range = Some(v.etag.clone());
+        r.if_range = Some(v.etag.to_string());
         assert!(if_range_allows(&r, &v));
         r.if_range = Some("\"old\"".into());
         assert!(!if_range_allows(&r, &v));

@@ -6,13 +6,15 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::Path;
 
 /// A normalised path, relative to the document root.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NormPath {
-    /// Decoded segments, none of them empty, `.` or `..`.
-    pub segments: Vec<Vec<u8>>,
+    /// The decoded segments joined by `/`: none of them empty, `.` or `..`,
+    /// none containing `/` or NUL. Empty for the root. One buffer, so a
+    /// request costs one allocation here.
+    rel: Vec<u8>,
     /// The target named a directory (ended in `/`).
     pub trailing_slash: bool,
 }
@@ -33,15 +35,36 @@ pub enum PathError {
 
 impl NormPath {
     /// The relative filesystem path ("." for the root).
-    pub fn to_relative(&self) -> PathBuf {
-        if self.segments.is_empty() {
-            return PathBuf::from(".");
+    pub fn to_relative(&self) -> &Path {
+        if self.rel.is_empty() {
+            return Path::new(".");
         }
-        let mut p = PathBuf::new();
-        for s in &self.segments {
-            p.push(OsStr::from_bytes(s));
+        Path::new(OsStr::from_bytes(&self.rel))
+    }
+
+    /// The decoded segments, in order.
+    pub fn segments(&self) -> impl Iterator<Item = &[u8]> {
+        self.rel.split(|&b| b == b'/').filter(|s| !s.is_empty())
+    }
+
+    /// Whether this is the document root itself.
+    pub fn is_root(&self) -> bool {
+        self.rel.is_empty()
+    }
+
+    /// This directory's entry `name` (one segment: no `/`, not `.`/`..`).
+    pub fn child(&self, name: &[u8], trailing_slash: bool) -> NormPath {
+        debug_assert!(!name.contains(&b'/') && name != b"." && name != b"..");
+        let mut rel = Vec::with_capacity(self.rel.len() + 1 + name.len());
+        rel.extend_from_slice(&self.rel);
+        if !rel.is_empty() {
+            rel.push(b'/');
         }
-        p
+        rel.extend_from_slice(name);
+        NormPath {
+            rel,
+            trailing_slash,
+        }
     }
 
     /// The path as a URL path, percent-encoded, with a leading `/`.
@@ -61,14 +84,14 @@ impl NormPath {
             .add(b'/')
             .add(b'\\');
         let mut out = String::new();
-        for s in &self.segments {
+        for s in self.segments() {
             out.push('/');
             match std::str::from_utf8(s) {
                 Ok(s) => out.extend(utf8_percent_encode(s, SEGMENT)),
                 Err(_) => out.extend(percent_encoding::percent_encode(s, SEGMENT)),
             }
         }
-        if self.trailing_slash || self.segments.is_empty() {
+        if self.trailing_slash || self.rel.is_empty() {
             out.push('/');
         }
         out
@@ -99,22 +122,41 @@ pub fn normalize(target: &str) -> Result<NormPath, PathError> {
     if decoded.contains(&b'\\') {
         return Err(PathError::Backslash);
     }
-    let mut segments: Vec<Vec<u8>> = Vec::new();
+    // Resolve dot-segments in place: every segment of `rel` is preceded by
+    // a `/` (the path is absolute), so the output, one `/` shorter, never
+    // overtakes the input being read.
+    let mut rel = decoded;
+    let (mut read, mut len) = (0, 0);
     let mut trailing_slash = false;
-    for seg in decoded.split(|&b| b == b'/') {
-        trailing_slash = false;
-        match seg {
-            b"" => trailing_slash = true,
-            b"." => trailing_slash = true,
+    while read <= rel.len() {
+        let end = rel[read..]
+            .iter()
+            .position(|&b| b == b'/')
+            .map_or(rel.len(), |i| read + i);
+        trailing_slash = true;
+        match &rel[read..end] {
+            b"" | b"." => {}
             b".." => {
-                segments.pop().ok_or(PathError::AboveRoot)?;
-                trailing_slash = true;
+                if len == 0 {
+                    return Err(PathError::AboveRoot);
+                }
+                len = rel[..len].iter().rposition(|&b| b == b'/').unwrap_or(0);
             }
-            s => segments.push(s.to_vec()),
+            _ => {
+                if len > 0 {
+                    rel[len] = b'/';
+                    len += 1;
+                }
+                rel.copy_within(read..end, len);
+                len += end - read;
+                trailing_slash = false;
+            }
         }
+        read = end + 1;
     }
+    rel.truncate(len);
     Ok(NormPath {
-        segments,
+        rel,
         trailing_slash,
     })
 }
@@ -162,6 +204,15 @@ mod tests {
         assert_eq!(rel("//a///b").unwrap(), "a/b");
         assert_eq!(rel("/a%20b").unwrap(), "a b");
         assert_eq!(rel("https://h:1/x/y").unwrap(), "x/y");
+        assert_eq!(rel("/a/b/../../c/./d/").unwrap(), "c/d");
+        assert_eq!(rel("/abc/../abc").unwrap(), "abc");
+        assert_eq!(rel("/a/bb/ccc/..").unwrap(), "a/bb");
+        assert_eq!(rel("/./.././"), Err(PathError::AboveRoot));
+        assert_eq!(rel("/x/%2e/y%2f..%2Fz").unwrap(), "x/z");
+        let p = normalize("/a/b%2Fc").unwrap();
+        assert_eq!(p.segments().collect::<Vec<_>>(), [&b"a"[..], b"b", b"c"]);
+        assert_eq!(p.child(b"d", true).to_url(), "/a/b/c/d/");
+        assert_eq!(normalize("/").unwrap().child(b"e", false).to_url(), "/e");
         assert!(normalize("/a/").unwrap().trailing_slash);
         assert!(normalize("/a/..").unwrap().trailing_slash);
         assert!(!normalize("/a").unwrap().trailing_slash);

@@ -133,13 +133,14 @@ pub fn parse(buf: &[u8], limits: &HeadLimits) -> Result<Option<RequestHead>, Req
     let mut length: Option<u64> = None;
     let mut chunked = None;
     for h in req.headers.iter() {
-        let value = std::str::from_utf8(h.value).map(str::trim);
+        // Only the headers acted on are checked for UTF-8.
+        let value = || std::str::from_utf8(h.value).map(str::trim);
         let name = h.name;
         let eq = |n: &str| name.eq_ignore_ascii_case(n);
         if eq("host") {
             hosts += 1;
         } else if eq("connection") {
-            for token in value.unwrap_or("").split(',').map(str::trim) {
+            for token in value().unwrap_or("").split(',').map(str::trim) {
                 if token.eq_ignore_ascii_case("close") {
                     head.keep_alive = false;
                 } else if token.eq_ignore_ascii_case("keep-alive") && minor == 0 {
@@ -147,7 +148,7 @@ pub fn parse(buf: &[u8], limits: &HeadLimits) -> Result<Option<RequestHead>, Req
                 }
             }
         } else if eq("content-length") {
-            let v = value
+            let v = value()
                 .ok()
                 .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
                 .and_then(|v| v.parse::<u64>().ok())
@@ -157,7 +158,7 @@ pub fn parse(buf: &[u8], limits: &HeadLimits) -> Result<Option<RequestHead>, Req
             }
             length = Some(v);
         } else if eq("transfer-encoding") {
-            let v = value.map_err(|_| RequestError::Bad("invalid Transfer-Encoding"))?;
+            let v = value().map_err(|_| RequestError::Bad("invalid Transfer-Encoding"))?;
             let last = v.rsplit(',').next().unwrap_or("").trim();
             if !last.eq_ignore_ascii_case("chunked") || minor == 0 {
                 return Err(RequestError::Bad("unsupported Transfer-Encoding"));
@@ -179,7 +180,7 @@ pub fn parse(buf: &[u8], limits: &HeadLimits) -> Result<Option<RequestHead>, Req
             } else {
                 continue;
             };
-            if let Ok(v) = value {
+            if let Ok(v) = value() {
                 match slot {
                     // Repeated list headers combine; repeated Range is ignored.
                     Some(prev) if !eq("range") => {

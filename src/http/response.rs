@@ -2,11 +2,19 @@
 //! straight into the connection's reusable buffer: no allocation per
 //! response.
 
+use super::conditional::LAST_HTTP_DATE;
 use std::cell::RefCell;
-use std::io::Write as _;
-use std::time::SystemTime;
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime};
 
 pub const SERVER: &str = concat!("tlsfront/", env!("CARGO_PKG_VERSION"));
+
+/// What follows the status line up to the `Date` value.
+const AFTER_STATUS: &str = concat!(
+    "\r\nServer: tlsfront/",
+    env!("CARGO_PKG_VERSION"),
+    "\r\nDate: "
+);
 
 pub fn reason(status: u16) -> &'static str {
     match status {
@@ -32,26 +40,46 @@ pub fn reason(status: u16) -> &'static str {
     }
 }
 
-/// The `Date` header value, formatted at most once a second per worker.
+/// HTTP dates formatted at most once per value per worker: `Date` (this
+/// second) and the last `Last-Modified` written (usually the same file's).
 #[derive(Default)]
 pub struct DateCache {
     secs: u64,
     text: String,
+    modified_secs: Option<u64>,
+    modified: String,
 }
 
 impl DateCache {
     pub fn now(&mut self) -> &str {
-        let now = SystemTime::now();
-        let secs = now
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let secs = clamped_secs(SystemTime::now());
         if secs != self.secs || self.text.is_empty() {
             self.secs = secs;
-            self.text = httpdate::fmt_http_date(now);
+            self.text = httpdate::fmt_http_date(SystemTime::UNIX_EPOCH + Duration::from_secs(secs));
         }
         &self.text
     }
+
+    /// `t` as an HTTP date, clamped to what one can say (1970 to 9999).
+    pub fn date(&mut self, t: SystemTime) -> &str {
+        let secs = clamped_secs(t);
+        if self.modified_secs != Some(secs) {
+            self.modified_secs = Some(secs);
+            self.modified.clear();
+            let t = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+            let _ = write!(self.modified, "{}", httpdate::HttpDate::from(t));
+        }
+        &self.modified
+    }
+}
+
+/// Whole seconds since 1970, within what an HTTP date can say (`httpdate`
+/// panics outside it, and a clock or a file may well be outside it).
+fn clamped_secs(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+        .min(LAST_HTTP_DATE)
 }
 
 thread_local! {
@@ -72,12 +100,13 @@ impl<'a> Head<'a> {
 
     fn with_date(out: &'a mut Vec<u8>, status: u16, date: &str) -> Self {
         out.clear();
-        // Writing to a Vec cannot fail.
-        let _ = write!(
-            out,
-            "HTTP/1.1 {status} {}\r\nServer: {SERVER}\r\nDate: {date}\r\n",
-            reason(status)
-        );
+        out.extend_from_slice(b"HTTP/1.1 ");
+        out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(reason(status).as_bytes());
+        out.extend_from_slice(AFTER_STATUS.as_bytes());
+        out.extend_from_slice(date.as_bytes());
+        out.extend_from_slice(b"\r\n");
         Head { out }
     }
 
@@ -98,15 +127,17 @@ impl<'a> Head<'a> {
 
     /// A header whose value is an HTTP date (`Last-Modified`).
     pub fn header_date(&mut self, name: &str, t: SystemTime) -> &mut Self {
-        let _ = write!(self.out, "{name}: {}\r\n", httpdate::HttpDate::from(t));
-        self
+        DATE.with(|d| self.header(name, d.borrow_mut().date(t)))
     }
 
     /// Finish with `Content-Length` (if any) and the connection decision,
     /// stated for the request's HTTP version.
     pub fn finish(self, content_length: Option<u64>, keep_alive: bool, minor: u8) {
         if let Some(n) = content_length {
-            let _ = write!(self.out, "Content-Length: {n}\r\n");
+            self.out.extend_from_slice(b"Content-Length: ");
+            self.out
+                .extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            self.out.extend_from_slice(b"\r\n");
         }
         match (keep_alive, minor) {
             (false, _) => {
@@ -161,5 +192,24 @@ mod tests {
     fn date_is_http_date() {
         let mut d = DateCache::default();
         assert!(httpdate::parse_http_date(d.now()).is_ok());
+    }
+
+    #[test]
+    fn dates_are_cached_per_value_and_clamped() {
+        let mut d = DateCache::default();
+        let t = |s| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        assert_eq!(d.date(t(784111777)), "Sun, 06 Nov 1994 08:49:37 GMT");
+        assert_eq!(d.date(t(784111777)), "Sun, 06 Nov 1994 08:49:37 GMT");
+        assert_eq!(d.date(t(0)), "Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(d.date(t(784111778)), "Sun, 06 Nov 1994 08:49:38 GMT");
+        // httpdate panics past 9999; a file may still carry such a time.
+        assert_eq!(
+            d.date(t(LAST_HTTP_DATE + 1)),
+            "Fri, 31 Dec 9999 23:59:59 GMT"
+        );
+        assert_eq!(
+            d.date(SystemTime::UNIX_EPOCH - Duration::from_secs(5)),
+            "Thu, 01 Jan 1970 00:00:00 GMT"
+        );
     }
 }

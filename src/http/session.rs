@@ -343,7 +343,7 @@ async fn send_file<T: Transport>(
             cx.front.metrics.status(304);
             let mut h = Head::new(out, 304);
             h.header_date("Last-Modified", v.modified)
-                .header("ETag", &v.etag);
+                .header("ETag", v.etag.as_str());
             h.finish(None, keep_alive, req.minor);
             return t.write_all(out, false).await;
         }
@@ -377,7 +377,7 @@ async fn send_file<T: Transport>(
     let mut h = Head::new(out, status);
     h.header("Content-Type", f.content_type)
         .header_date("Last-Modified", v.modified)
-        .header("ETag", &v.etag)
+        .header("ETag", v.etag.as_str())
         .header("Accept-Ranges", "bytes");
     if status == 206 {
         h.header(
