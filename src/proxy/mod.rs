@@ -262,8 +262,8 @@ impl Service for Proxy {
         }
         let idle = self.cfg.idle_timeout;
         let r = match tls {
-            Tls::Kernel(k) => relay::splice(*k, &backend, idle, &front.metrics).await,
-            Tls::User(u) => relay::userspace(*u, &backend, idle, &front.metrics).await,
+            Tls::Kernel(k) => relay::splice(k, &backend, idle, &front.metrics).await,
+            Tls::User(u) => relay::userspace(u, &backend, idle, &front.metrics).await,
         };
         if let Err(e) = r {
             front.metrics.error(e.kind());

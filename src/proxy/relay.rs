@@ -93,9 +93,11 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 
 const SPLICE: SpliceFlags = SpliceFlags::NONBLOCK.union(SpliceFlags::MOVE);
 
-/// The kTLS + splice relay.
+/// The kTLS + splice relay. (The streams stay boxed: an async fn keeps
+/// its arguments twice over in its state, and the state is what a
+/// connection costs.)
 pub async fn splice(
-    mut tls: KtlsStream,
+    mut tls: Box<KtlsStream>,
     backend: &Backend,
     idle: Duration,
     m: &Metrics,
@@ -237,7 +239,7 @@ pub async fn splice(
 
 /// The user-space relay over rustls.
 pub async fn userspace(
-    mut tls: UserTls,
+    mut tls: Box<UserTls>,
     backend: &Backend,
     idle: Duration,
     m: &Metrics,

@@ -144,27 +144,54 @@ async fn connection<S: Service>(
         true
     };
 
-    let hs = match tokio::time::timeout(secs(t.handshake), handshake(&mut sock, &front.tls, ulp))
-        .await
-    {
-        Ok(Ok(hs)) => hs,
-        Ok(Err(e)) => {
-            front
-                .metrics
-                .handshakes_failed
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tracing::debug!("handshake failed: {e}");
+    // The handshake future is boxed, so the task keeps no room for it once
+    // the handshake is over; `hs` and everything made from it live only in
+    // this block, for the same reason: across the service's await the task
+    // holds the boxed transport alone (its size is what every idle
+    // connection costs).
+    let (tls, info) = {
+        let hs = Box::pin(handshake(&mut sock, &front.tls, ulp));
+        let hs = match tokio::time::timeout(secs(t.handshake), hs).await {
+            Ok(Ok(hs)) => hs,
+            Ok(Err(e)) => {
+                front
+                    .metrics
+                    .handshakes_failed
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::debug!("handshake failed: {e}");
+                return;
+            }
+            Err(_) => {
+                front
+                    .metrics
+                    .handshakes_failed
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                front.metrics.error("handshake_timeout");
+                return;
+            }
+        };
+        let Some(chosen) = data_path(front, sock, hs, ulp, fallback, client, local) else {
             return;
-        }
-        Err(_) => {
-            front
-                .metrics
-                .handshakes_failed
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            front.metrics.error("handshake_timeout");
-            return;
-        }
+        };
+        chosen
     };
+    service.serve(front, tls, info, stop).await;
+}
+
+/// After the handshake: count it, describe the connection, and pick its
+/// data path: kTLS when the socket has the ULP and the kernel takes the
+/// cipher and nothing is buffered in user space; user-space TLS otherwise.
+/// `None`: the kernel refused the keys (the rustls connection is consumed,
+/// so the connection is lost).
+fn data_path(
+    front: &Front,
+    sock: TcpStream,
+    hs: Handshaken,
+    ulp: bool,
+    mut fallback: Option<Fallback>,
+    client: std::net::SocketAddr,
+    local: std::net::SocketAddr,
+) -> Option<(Tls, ConnInfo)> {
     let counter = match hs.conn.handshake_kind() {
         Some(rustls::HandshakeKind::Resumed) => &front.metrics.handshakes_resumed,
         _ => &front.metrics.handshakes_full,
@@ -184,7 +211,7 @@ async fn connection<S: Service>(
         || !hs.early_plaintext.is_empty()
         || !hs.pending_out.is_empty()
         || hs.peer_closed;
-    let stall = secs(t.send);
+    let stall = secs(front.timeouts.send);
     let info = ConnInfo {
         client,
         local,
@@ -195,20 +222,17 @@ async fn connection<S: Service>(
     };
 
     if ulp && offload && !buffered {
-        match into_kernel(sock, hs, front.ktls.rekey, stall) {
+        return match into_kernel(sock, hs, front.ktls.rekey, stall) {
             Ok(k) => {
                 front.metrics.connection(Path::Ktls);
-                service
-                    .serve(front, Tls::Kernel(Box::new(k)), info, stop)
-                    .await;
+                Some((Tls::Kernel(Box::new(k)), info))
             }
             Err(e) => {
-                // The rustls connection is consumed: this connection is lost.
                 front.metrics.error("ktls_setup");
                 tracing::warn!("kTLS set-up failed after the handshake: {e}");
+                None
             }
-        }
-        return;
+        };
     }
     if ulp {
         fallback = Some(if buffered {
@@ -221,14 +245,7 @@ async fn connection<S: Service>(
         front.metrics.fallback(f);
     }
     front.metrics.connection(Path::Userspace);
-    service
-        .serve(
-            front,
-            Tls::User(Box::new(UserTls::new(sock, hs, stall))),
-            info,
-            stop,
-        )
-        .await;
+    Some((Tls::User(Box::new(UserTls::new(sock, hs, stall))), info))
 }
 
 /// Hand the record keys to the kernel: TX, then RX.
