@@ -1,7 +1,8 @@
 //! The command line: `serve`, `check` (and the other jobs as they land).
 
 use crate::config::{
-    default_workers, parse_listen, ConfigError, FileConfig, KtlsMode, ServeConfig,
+    check_timeout, check_workers, default_workers, parse_listen, ConfigError, FileConfig, KtlsMode,
+    ServeConfig,
 };
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -109,26 +110,41 @@ impl ServeArgs {
             .workers
             .or(file.workers)
             .unwrap_or_else(default_workers);
-        if workers == 0 {
-            return Err(ConfigError::Workers {
-                origin: if self.front.workers.is_some() {
-                    "--workers".into()
-                } else {
-                    file_origin
-                },
-            });
-        }
+        let in_file = |key: &str| format!("{file_origin}, setting {key}");
+        check_workers(
+            &if self.front.workers.is_some() {
+                "--workers".to_string()
+            } else {
+                in_file("workers")
+            },
+            workers,
+        )?;
         let mut timeouts = file.timeouts;
-        for (flag, slot) in [
-            (self.handshake_timeout, &mut timeouts.handshake),
-            (self.header_timeout, &mut timeouts.request_header),
-            (self.keepalive_timeout, &mut timeouts.keepalive),
-            (self.send_timeout, &mut timeouts.send),
+        timeouts.check(|k| in_file(&format!("[timeouts] {k}")))?;
+        for (flag, name, slot) in [
+            (
+                self.handshake_timeout,
+                "--handshake-timeout",
+                &mut timeouts.handshake,
+            ),
+            (
+                self.header_timeout,
+                "--header-timeout",
+                &mut timeouts.request_header,
+            ),
+            (
+                self.keepalive_timeout,
+                "--keepalive-timeout",
+                &mut timeouts.keepalive,
+            ),
+            (self.send_timeout, "--send-timeout", &mut timeouts.send),
         ] {
             if let Some(v) = flag {
+                check_timeout(name, v)?;
                 *slot = v;
             }
         }
+        file.limits.check(|k| in_file(&format!("[limits] {k}")))?;
         Ok(ServeConfig {
             root: self
                 .dir

@@ -523,6 +523,109 @@ fn malformed_requests_get_the_right_status() {
     }
 }
 
+/// A small `header_bytes` (below the 4 KiB first read) once panicked every
+/// connection; it must simply be the limit.
+#[test]
+fn a_small_header_limit_is_obeyed() {
+    let cfg = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(cfg.path(), "[limits]\nheader_bytes = 1024\n").unwrap();
+    let server = Server::start(&["--config", cfg.path().to_str().unwrap()]);
+    let ok = b"GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n".to_vec();
+    let big = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "b".repeat(1100)
+    );
+    for (req, want) in [(ok, 200), (big.into_bytes(), 431)] {
+        let (out, err, _) = s_client(
+            server.port,
+            &["-quiet"],
+            &[Step::Send(&req), Step::Sleep(300)],
+            Duration::from_secs(10),
+        );
+        assert_eq!(statuses(&out).first().copied(), Some(want), "{out} {err}");
+    }
+    let report = server.stop_and_check_path(2);
+    assert!(!report.contains("panic"), "{report}");
+}
+
+/// Settings out of range are refused at startup, naming the flag or the
+/// file and setting, instead of panicking later (NaN timeouts did) or
+/// allocating absurdly (a huge header count or worker count did).
+#[test]
+fn out_of_range_settings_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("bad.toml");
+    // A setting wrongly accepted starts a server: give it 10 s, then fail.
+    let refused = |cmd: &mut std::process::Command| {
+        let mut child = cmd
+            .env("XDG_DATA_HOME", dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if t0.elapsed() > Duration::from_secs(10) {
+                let _ = child.kill();
+                panic!("{cmd:?} was accepted");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(!out.status.success(), "{cmd:?} was accepted");
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let run = |args: &[&str]| {
+        refused(
+            std::process::Command::new(BIN)
+                .args(["serve", "--listen", "127.0.0.1:0"])
+                .args(args)
+                .arg(&fixture().root),
+        )
+    };
+    for flag in [
+        "--keepalive-timeout",
+        "--send-timeout",
+        "--handshake-timeout",
+    ] {
+        for v in ["nan", "0", "-1", "1e9"] {
+            let err = run(&[&format!("{flag}={v}")]);
+            assert!(
+                err.contains(flag) && err.contains("86400"),
+                "{flag} {v}: {err}"
+            );
+        }
+    }
+    let err = run(&["--workers", "100000000000000"]);
+    assert!(err.contains("--workers") && err.contains("1024"), "{err}");
+    for (text, setting) in [
+        ("[limits]\nheaders = 1000000000000000\n", "[limits] headers"),
+        ("[limits]\nheader_bytes = 10\n", "[limits] header_bytes"),
+        ("[limits]\nconnections = 0\n", "[limits] connections"),
+        ("[timeouts]\nshutdown = nan\n", "[timeouts] shutdown"),
+        ("workers = 0\n", "setting workers"),
+    ] {
+        std::fs::write(&cfg, text).unwrap();
+        let err = run(&["--config", cfg.to_str().unwrap()]);
+        assert!(
+            err.contains("bad.toml") && err.contains(setting),
+            "{text}: {err}"
+        );
+    }
+    let err = refused(
+        std::process::Command::new(BIN)
+            .args([
+                "proxy",
+                "--backend",
+                "127.0.0.1:1",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--idle-timeout", "NaN"]),
+    );
+    assert!(err.contains("--idle-timeout"), "{err}");
+}
+
 #[test]
 fn pipelined_requests_and_bodies_are_answered_in_order() {
     let server = Server::start(&[]);

@@ -81,8 +81,110 @@ impl Default for Timeouts {
     }
 }
 
+/// The longest timeout accepted: one day.
+pub const MAX_TIMEOUT: f64 = 86_400.0;
+/// The most worker threads accepted.
+pub const MAX_WORKERS: usize = 1024;
+
+/// A timeout in seconds as a `Duration`. Settings are checked by
+/// [`check_timeout`] when read; the clamp only keeps this total.
 pub fn secs(s: f64) -> Duration {
-    Duration::from_secs_f64(s.clamp(0.001, 86_400.0))
+    let s = if s.is_nan() { MAX_TIMEOUT } else { s };
+    Duration::from_secs_f64(s.clamp(0.001, MAX_TIMEOUT))
+}
+
+/// A timeout must be a number of seconds above 0, at most a day.
+pub fn check_timeout(origin: &str, value: f64) -> Result<(), ConfigError> {
+    if value.is_finite() && value > 0.0 && value <= MAX_TIMEOUT {
+        return Ok(());
+    }
+    Err(ConfigError::Range {
+        origin: origin.into(),
+        value: value.to_string(),
+        expected: "a number of seconds above 0 and at most 86400 (one day)",
+    })
+}
+
+/// Worker threads: 1 to [`MAX_WORKERS`].
+pub fn check_workers(origin: &str, value: usize) -> Result<(), ConfigError> {
+    if (1..=MAX_WORKERS).contains(&value) {
+        return Ok(());
+    }
+    Err(ConfigError::Range {
+        origin: origin.into(),
+        value: value.to_string(),
+        expected: "a number of worker threads from 1 to 1024",
+    })
+}
+
+impl Timeouts {
+    /// Every timeout in range; `origin` names where they were set.
+    pub fn check(&self, origin: impl Fn(&str) -> String) -> Result<(), ConfigError> {
+        for (name, v) in [
+            ("handshake", self.handshake),
+            ("request_header", self.request_header),
+            ("keepalive", self.keepalive),
+            ("send", self.send),
+            ("shutdown", self.shutdown),
+        ] {
+            check_timeout(&origin(name), v)?;
+        }
+        Ok(())
+    }
+}
+
+impl Limits {
+    /// Every limit in range: each one bounds memory or work per request or
+    /// per worker, so an absurd value is refused rather than obeyed.
+    pub fn check(&self, origin: impl Fn(&str) -> String) -> Result<(), ConfigError> {
+        let usize_range = |name: &str, v: usize, lo: usize, hi: usize, expected| {
+            if (lo..=hi).contains(&v) {
+                Ok(())
+            } else {
+                Err(ConfigError::Range {
+                    origin: origin(name),
+                    value: v.to_string(),
+                    expected,
+                })
+            }
+        };
+        usize_range(
+            "request_line",
+            self.request_line,
+            16,
+            1 << 20,
+            "a number of bytes from 16 to 1048576 (1 MiB)",
+        )?;
+        usize_range(
+            "header_bytes",
+            self.header_bytes,
+            64,
+            1 << 20,
+            "a number of bytes from 64 to 1048576 (1 MiB)",
+        )?;
+        usize_range(
+            "headers",
+            self.headers,
+            1,
+            10_000,
+            "a number of header fields from 1 to 10000",
+        )?;
+        usize_range(
+            "connections",
+            self.connections,
+            1,
+            1_000_000,
+            "a number of connections per worker from 1 to 1000000",
+        )?;
+        if self.keepalive_requests == 0 {
+            return Err(ConfigError::Range {
+                origin: origin("keepalive_requests"),
+                value: "0".into(),
+                expected: "at least 1 request per connection",
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The `--config` file.
@@ -129,8 +231,12 @@ pub enum ConfigError {
         "{origin}: listen address {value:?} is not IP:PORT (examples: 127.0.0.1:8443, [::1]:8443)"
     )]
     Listen { origin: String, value: String },
-    #[error("{origin}: workers must be at least 1")]
-    Workers { origin: String },
+    #[error("{origin}: {value} is out of range: give {expected}")]
+    Range {
+        origin: String,
+        value: String,
+        expected: &'static str,
+    },
 }
 
 impl FileConfig {
@@ -157,10 +263,12 @@ impl FileConfig {
     }
 }
 
+/// One worker per core (at most [`MAX_WORKERS`]).
 pub fn default_workers() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
+        .min(MAX_WORKERS)
 }
 
 pub fn parse_listen(origin: &str, value: &str) -> Result<SocketAddr, ConfigError> {
@@ -192,5 +300,76 @@ mod tests {
         std::fs::write(&p, "lisen = []\n").unwrap();
         let e = FileConfig::load(&p).unwrap_err().to_string();
         assert!(e.contains("t.toml") && e.contains("lisen"), "{e}");
+    }
+
+    #[test]
+    fn out_of_range_settings_are_named() {
+        let at = |k: &str| format!("setting {k}");
+        assert!(Timeouts::default().check(at).is_ok());
+        assert!(Limits::default().check(at).is_ok());
+        for bad in [f64::NAN, 0.0, -5.0, f64::INFINITY, 86_400.5] {
+            let t = Timeouts {
+                keepalive: bad,
+                ..Default::default()
+            };
+            let e = t.check(at).unwrap_err().to_string();
+            assert!(
+                e.starts_with("setting keepalive: ") && e.contains("86400"),
+                "{e}"
+            );
+        }
+        for (l, name) in [
+            (
+                Limits {
+                    headers: 1 << 50,
+                    ..Default::default()
+                },
+                "headers",
+            ),
+            (
+                Limits {
+                    headers: 0,
+                    ..Default::default()
+                },
+                "headers",
+            ),
+            (
+                Limits {
+                    header_bytes: 10,
+                    ..Default::default()
+                },
+                "header_bytes",
+            ),
+            (
+                Limits {
+                    request_line: usize::MAX,
+                    ..Default::default()
+                },
+                "request_line",
+            ),
+            (
+                Limits {
+                    connections: 0,
+                    ..Default::default()
+                },
+                "connections",
+            ),
+            (
+                Limits {
+                    keepalive_requests: 0,
+                    ..Default::default()
+                },
+                "keepalive_requests",
+            ),
+        ] {
+            let e = l.check(at).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("setting {name}: ")), "{e}");
+        }
+        assert!(check_workers("--workers", 0).is_err());
+        assert!(check_workers("--workers", 1 << 40).is_err());
+        assert!(check_workers("--workers", 2).is_ok());
+        // Unchecked values still give a usable Duration.
+        assert_eq!(secs(f64::NAN), Duration::from_secs(86_400));
+        assert_eq!(secs(-1.0), Duration::from_millis(1));
     }
 }

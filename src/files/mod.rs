@@ -11,6 +11,7 @@ use crate::http::conditional::Validators;
 use crate::http::path::NormPath;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use std::cell::Cell;
+use std::fmt::Write as _;
 use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
@@ -65,8 +66,16 @@ impl From<rustix::io::Errno> for FileError {
         use rustix::io::Errno;
         match e {
             Errno::NOENT | Errno::NOTDIR | Errno::NAMETOOLONG => FileError::NotFound,
-            // EXDEV: a symlink led out of the root; ELOOP: symlink loop.
-            Errno::ACCESS | Errno::PERM | Errno::XDEV | Errno::LOOP => FileError::Forbidden,
+            // EXDEV: a symlink led out of the root; ELOOP: symlink loop;
+            // ENXIO, ENODEV, EOPNOTSUPP: a socket or device node, which is
+            // never served anyway (and not worth a warning per request).
+            Errno::ACCESS
+            | Errno::PERM
+            | Errno::XDEV
+            | Errno::LOOP
+            | Errno::NXIO
+            | Errno::NODEV
+            | Errno::OPNOTSUPP => FileError::Forbidden,
             e => FileError::Io(e.into()),
         }
     }
@@ -220,32 +229,49 @@ fn cached_key(ext: &[u8]) -> Option<[u8; 16]> {
     Some(key)
 }
 
+/// Most entries and bytes in one listing: a page is built in memory per
+/// request, so a huge directory must not cost a huge page.
+const LISTING_ENTRIES: usize = if cfg!(test) { 40 } else { 20_000 };
+const LISTING_BYTES: usize = 4 << 20;
+
 fn listing(dir: OwnedFd, path: &NormPath) -> Result<String, FileError> {
-    let mut names: Vec<(String, bool)> = Vec::new();
+    let mut names: Vec<(Vec<u8>, bool)> = Vec::new();
     let mut d = rustix::fs::Dir::read_from(&dir)?;
-    for (count, entry) in d.by_ref().enumerate() {
-        if count > 100_000 {
-            break;
-        }
+    let mut more = false;
+    for entry in d.by_ref() {
         let entry = entry?;
         let name = entry.file_name().to_bytes();
         if name == b"." || name == b".." {
             continue;
         }
+        if names.len() == LISTING_ENTRIES {
+            more = true;
+            break;
+        }
         let is_dir = entry.file_type() == rustix::fs::FileType::Directory;
-        names.push((String::from_utf8_lossy(name).into_owned(), is_dir));
+        names.push((name.to_vec(), is_dir));
     }
     names.sort();
     let title = escape(&String::from_utf8_lossy(path.to_url().as_bytes()));
     let mut html = format!("<html>\r\n<head><title>Index of {title}</title></head>\r\n<body>\r\n<h1>Index of {title}</h1><hr><pre><a href=\"../\">../</a>\r\n");
     for (name, is_dir) in names {
-        let href = path.child(name.as_bytes(), is_dir).to_url();
+        if html.len() > LISTING_BYTES {
+            more = true;
+            break;
+        }
+        // The link carries the name's own bytes (percent-encoded, so a
+        // name that is not UTF-8 still resolves); the text is readable.
+        let href = path.child(&name, is_dir).to_url();
         let slash = if is_dir { "/" } else { "" };
-        html.push_str(&format!(
+        let _ = write!(
+            html,
             "<a href=\"{}\">{}{slash}</a>\r\n",
             escape(&href),
-            escape(&name)
-        ));
+            escape(&String::from_utf8_lossy(&name))
+        );
+    }
+    if more {
+        html.push_str("(more entries not listed)\r\n");
     }
     html.push_str("</pre><hr></body>\r\n</html>\r\n");
     Ok(html)
@@ -328,6 +354,43 @@ mod tests {
                 assert_eq!(content_type(Path::new(name)), ct, "{name}");
             }
         }
+    }
+
+    #[test]
+    fn sockets_are_forbidden_and_listings_bounded_and_exact() {
+        use std::os::unix::ffi::OsStrExt;
+        let (root, _o) = setup();
+        let _sock = std::os::unix::net::UnixListener::bind(root.path().join("sock")).unwrap();
+        let odd = std::ffi::OsStr::from_bytes(b"caf\xe9 & <b>");
+        std::fs::write(root.path().join("empty").join(odd), "x").unwrap();
+        let r = DocRoot::open(root.path(), false, true).unwrap();
+        assert!(matches!(look(&r, "/sock"), Err(FileError::Forbidden)));
+        // A name that is not UTF-8 is linked by its own bytes.
+        let Lookup::Listing(h) = look(&r, "/empty/").unwrap() else {
+            panic!()
+        };
+        let href = "/empty/caf%E9%20&amp;%20%3Cb%3E";
+        assert!(
+            h.contains(&format!(
+                "<a href=\"{href}\">caf\u{fffd} &amp; &lt;b&gt;</a>"
+            )),
+            "{h}"
+        );
+        assert!(matches!(
+            look(&r, "/empty/caf%E9%20&%20%3Cb%3E").unwrap(),
+            Lookup::File(_)
+        ));
+        assert!(!h.contains("more entries"));
+        let many = root.path().join("many");
+        std::fs::create_dir(&many).unwrap();
+        for i in 0..=LISTING_ENTRIES {
+            std::fs::write(many.join(format!("f{i}")), "").unwrap();
+        }
+        let Lookup::Listing(h) = look(&r, "/many/").unwrap() else {
+            panic!()
+        };
+        assert_eq!(h.matches("<a href=\"/many/f").count(), LISTING_ENTRIES);
+        assert!(h.contains("(more entries not listed)"));
     }
 
     #[test]

@@ -84,13 +84,16 @@ pub fn parse(buf: &[u8], limits: &HeadLimits) -> Result<Option<RequestHead>, Req
         Some(n) if n > limits.request_line => return Err(RequestError::UriTooLong),
         _ => {}
     }
-    // The header slots live on the stack unless the limit is unusually high.
+    // The header slots live on the stack unless the limit is unusually
+    // high. No head within `header_bytes` holds more fields than one per 3
+    // bytes ("a:" and LF), so more slots than that are never needed.
+    let slots = limits.headers.min(limits.header_bytes / 3 + 1);
     let mut on_stack = [httparse::EMPTY_HEADER; STACK_HEADERS];
     let mut on_heap = Vec::new();
-    let headers = if limits.headers <= STACK_HEADERS {
-        &mut on_stack[..limits.headers]
+    let headers = if slots <= STACK_HEADERS {
+        &mut on_stack[..slots]
     } else {
-        on_heap.resize(limits.headers, httparse::EMPTY_HEADER);
+        on_heap.resize(slots, httparse::EMPTY_HEADER);
         &mut on_heap[..]
     };
     let mut req = httparse::Request::new(headers);
@@ -130,6 +133,7 @@ pub fn parse(buf: &[u8], limits: &HeadLimits) -> Result<Option<RequestHead>, Req
         head_len,
     };
     let mut hosts = 0;
+    let mut ranges = 0;
     let mut length: Option<u64> = None;
     let mut chunked = None;
     for h in req.headers.iter() {
@@ -166,6 +170,7 @@ pub fn parse(buf: &[u8], limits: &HeadLimits) -> Result<Option<RequestHead>, Req
             chunked = Some(());
         } else {
             let slot = if eq("range") {
+                ranges += 1;
                 &mut head.range
             } else if eq("if-match") {
                 &mut head.if_match
@@ -182,12 +187,13 @@ pub fn parse(buf: &[u8], limits: &HeadLimits) -> Result<Option<RequestHead>, Req
             };
             if let Ok(v) = value() {
                 match slot {
-                    // Repeated list headers combine; repeated Range is ignored.
-                    Some(prev) if !eq("range") => {
+                    // Repeated list headers combine; a repeated Range is
+                    // ignored (however often it repeats).
+                    _ if eq("range") && ranges > 1 => *slot = None,
+                    Some(prev) => {
                         prev.push_str(", ");
                         prev.push_str(v);
                     }
-                    Some(_) => *slot = None,
                     None => *slot = Some(v.to_string()),
                 }
             }
@@ -320,5 +326,39 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(h.body, Body::Chunked);
+    }
+
+    #[test]
+    fn repeated_range_is_ignored_however_often() {
+        for n in 1..=4 {
+            let ranges = "Range: bytes=0-0\r\n".repeat(n);
+            let h = p(&format!("GET / HTTP/1.1\r\nHost: a\r\n{ranges}\r\n"))
+                .unwrap()
+                .unwrap();
+            assert_eq!(h.range.is_some(), n == 1, "{n} Range headers");
+        }
+    }
+
+    #[test]
+    fn header_slots_follow_the_byte_limit_not_a_huge_count() {
+        // An absurd field count must not be allocated per parse; the byte
+        // limit still caps what a head can hold.
+        let limits = HeadLimits {
+            request_line: 100,
+            header_bytes: 600,
+            headers: usize::MAX,
+        };
+        let many = "a:b\r\n".repeat(100);
+        let h = parse(
+            format!("GET / HTTP/1.1\r\nHost: a\r\n{many}\r\n").as_bytes(),
+            &limits,
+        );
+        assert!(h.unwrap().is_some());
+        let too_many = "a:\r\n".repeat(200);
+        let h = parse(
+            format!("GET / HTTP/1.1\r\nHost: a\r\n{too_many}\r\n").as_bytes(),
+            &limits,
+        );
+        assert_eq!(h.unwrap_err(), RequestError::HeadersTooLarge);
     }
 }

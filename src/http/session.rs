@@ -157,7 +157,8 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
             }
             if buf.len() == filled {
                 let cap = (limits.header_bytes + 1).max(filled + 1);
-                buf.resize((filled * 2).clamp(4096, cap), 0);
+                // Not `clamp`: that panics when `header_bytes` < 4 KiB.
+                buf.resize((filled * 2).max(4096).min(cap), 0);
             }
             match timeout_at(deadline, t.read(&mut buf[filled..])).await {
                 Err(_) => {

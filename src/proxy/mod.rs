@@ -8,7 +8,10 @@ pub mod backend;
 pub mod header;
 mod relay;
 
-use crate::config::{default_workers, parse_listen, secs, ConfigError, KtlsMode, Timeouts};
+use crate::config::{
+    check_timeout, check_workers, default_workers, parse_listen, secs, ConfigError, KtlsMode,
+    Timeouts,
+};
 use crate::server::{ConnInfo, Front, Service, StartError, Tls};
 use crate::tls::TlsOptions;
 use crate::transport::close_and_linger;
@@ -86,11 +89,13 @@ impl ProxyArgs {
             listen.push(parse_listen("default", "127.0.0.1:8443")?);
         }
         let workers = self.front.workers.unwrap_or_else(default_workers);
-        if workers == 0 {
-            return Err(ConfigError::Workers {
-                origin: "--workers".into(),
-            }
-            .into());
+        check_workers("--workers", workers)?;
+        for (flag, v) in [
+            ("--handshake-timeout", self.handshake_timeout),
+            ("--connect-timeout", self.connect_timeout),
+            ("--idle-timeout", self.idle_timeout),
+        ] {
+            check_timeout(flag, v)?;
         }
         let accept_proxy = if self.accept_proxy {
             let mut nets = Vec::new();

@@ -212,7 +212,7 @@ pub(crate) fn run<S: Service>(
     // Signal handlers first: once the port is announced, a supervisor may
     // send SIGTERM at any time, and it must mean "drain", not "die".
     let signals = Signals::install().map_err(StartError::Runtime)?;
-    let connections = (workers * front.max_connections) as u64;
+    let connections = (workers as u64).saturating_mul(front.max_connections as u64);
     if let Some(warning) = raise_fd_limit(connections, S::FDS_PER_CONNECTION) {
         println!("warning: {warning}");
     }
@@ -257,7 +257,9 @@ const FD_RESERVE: u64 = 64;
 /// when even the hard limit is below what `connections` need.
 fn raise_fd_limit(connections: u64, per_connection: u64) -> Option<String> {
     use rustix::process::{getrlimit, setrlimit, Resource};
-    let needed = connections * per_connection + FD_RESERVE;
+    let needed = connections
+        .saturating_mul(per_connection)
+        .saturating_add(FD_RESERVE);
     let mut lim = getrlimit(Resource::Nofile);
     if let (Some(soft), Some(hard)) = (lim.current, lim.maximum) {
         if soft < hard {

@@ -90,14 +90,14 @@ async fn accept_loop<S: Service>(
                     front.metrics.error("connection_limit");
                     continue;
                 }
-                active.fetch_add(1, Relaxed);
+                let counted = front.clone();
+                let slot = Slot::take(&active, move || counted.metrics.error("panic"));
                 let front = front.clone();
                 let service = service.clone();
                 let stop = stop.clone();
-                let active = active.clone();
                 tokio::spawn(async move {
                     connection(sock, peer, bound, &front, &*service, stop).await;
-                    active.fetch_sub(1, Relaxed);
+                    drop(slot);
                 });
             }
             Err(e) => {
@@ -106,6 +106,34 @@ async fn accept_loop<S: Service>(
                 tracing::warn!("accept failed: {e}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
+        }
+    }
+}
+
+/// A connection's place in the worker's count, given back when the task
+/// ends, however it ends: a panic (tokio catches it and drops the task)
+/// must not leave the slot taken, or the worker would refuse everyone once
+/// `limits.connections` tasks had panicked. `on_panic` counts such ends.
+struct Slot<F: Fn()> {
+    active: Arc<AtomicUsize>,
+    on_panic: F,
+}
+
+impl<F: Fn()> Slot<F> {
+    fn take(active: &Arc<AtomicUsize>, on_panic: F) -> Self {
+        active.fetch_add(1, Relaxed);
+        Slot {
+            active: active.clone(),
+            on_panic,
+        }
+    }
+}
+
+impl<F: Fn()> Drop for Slot<F> {
+    fn drop(&mut self) {
+        self.active.fetch_sub(1, Relaxed);
+        if std::thread::panicking() {
+            (self.on_panic)();
         }
     }
 }
@@ -265,4 +293,36 @@ fn into_kernel(
     sys::set_crypto_info(sock.as_fd(), Direction::Rx, &rx)?;
     drop((tx, rx));
     Ok(KtlsStream::new(sock, kconn, rekey, stall))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    #[test]
+    fn a_panicking_connection_gives_its_slot_back() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let active = Arc::new(AtomicUsize::new(0));
+        let panicked = Arc::new(AtomicBool::new(false));
+        rt.block_on(async {
+            for fail in [false, true] {
+                let p = panicked.clone();
+                let slot = Slot::take(&active, move || p.store(true, Relaxed));
+                assert_eq!(active.load(Relaxed), 1);
+                let r = tokio::spawn(async move {
+                    let _slot = slot;
+                    if fail {
+                        panic!("a bug in one connection");
+                    }
+                })
+                .await;
+                assert_eq!(r.is_err(), fail);
+                assert_eq!(active.load(Relaxed), 0);
+                assert_eq!(panicked.load(Relaxed), fail);
+            }
+        });
+    }
 }
