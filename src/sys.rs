@@ -88,6 +88,27 @@ pub fn set_tls_ulp(fd: BorrowedFd<'_>) -> io::Result<()> {
     check(ret)
 }
 
+/// `TCP_DEFER_ACCEPT` on a listener: the kernel completes a connection into
+/// the accept queue only once the client's first bytes (the ClientHello)
+/// are there, waiting up to about `secs`. One wake-up per connection fewer,
+/// and a silent client costs a kernel request socket, not a task. (Neither
+/// rustix nor socket2 wraps this option.)
+pub fn set_defer_accept(fd: BorrowedFd<'_>, secs: u32) -> io::Result<()> {
+    let value = secs.min(i32::MAX as u32) as libc::c_int;
+    // SAFETY: `fd` is a live socket for the borrow; the option value points
+    // at a local `c_int` whose exact size is passed.
+    let ret = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&value as *const libc::c_int).cast(),
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    check(ret)
+}
+
 /// Install a record key for one direction (`TLS_TX` / `TLS_RX`).
 pub fn set_crypto_info(fd: BorrowedFd<'_>, dir: Direction, info: &CryptoInfo) -> io::Result<()> {
     let (ptr, len): (*const libc::c_void, usize) = match info {

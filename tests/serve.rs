@@ -672,6 +672,33 @@ fn timeouts_close_idle_and_slow_connections() {
     assert!(started.elapsed() < Duration::from_secs(15));
 }
 
+/// A client that connects and says nothing: held by the kernel until its
+/// first bytes (deferred accept) for about the handshake timeout, then
+/// accepted and closed when the handshake timeout runs out. It must be
+/// closed, not kept forever.
+#[test]
+fn a_silent_client_is_closed() {
+    use std::io::Read;
+    let server = Server::start(&["--handshake-timeout", "1"]);
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let t0 = Instant::now();
+    let mut b = [0u8; 16];
+    let r = c.read(&mut b);
+    let waited = t0.elapsed();
+    assert!(
+        matches!(&r, Ok(0))
+            || matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "{r:?} after {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(15),
+        "closed only after {waited:?}"
+    );
+    let (_, report) = server.stop();
+    assert!(report.contains("handshake_timeout"), "{report}");
+}
+
 #[test]
 fn client_abort_and_file_truncation_cost_only_that_connection() {
     let root = tempfile::tempdir().unwrap();

@@ -12,11 +12,13 @@ use crate::config::{cert, secs, KtlsMode, Timeouts};
 use crate::ktls::stream::KtlsStream;
 use crate::ktls::{Support, Version};
 use crate::metrics::Metrics;
+use crate::sys;
 use crate::tls::userspace::UserTls;
 use crate::tls::{ServerConfigs, TlsOptions};
 use socket2::{Domain, Socket, Type};
 use std::future::Future;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Arc;
 use tokio::net::TcpStream;
@@ -158,7 +160,9 @@ fn bind_hint(e: &std::io::Error) -> &'static str {
     }
 }
 
-fn listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+/// A non-blocking listener; `defer_secs`: see [`sys::set_defer_accept`]
+/// (TLS clients always speak first).
+fn listener(addr: SocketAddr, defer_secs: u32) -> std::io::Result<std::net::TcpListener> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     sock.set_reuse_address(true)?;
     sock.set_reuse_port(true)?;
@@ -169,6 +173,7 @@ fn listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     // Linux copies TCP_NODELAY from the listener to every socket accept()
     // returns: set once here, not once per connection.
     sock.set_tcp_nodelay(true)?;
+    sys::set_defer_accept(sock.as_fd(), defer_secs)?;
     sock.bind(&addr.into())?;
     sock.listen(1024)?;
     Ok(sock.into())
@@ -181,13 +186,14 @@ type PerWorker = Vec<Vec<std::net::TcpListener>>;
 fn bind_all(
     listen: &[SocketAddr],
     workers: usize,
+    defer_secs: u32,
 ) -> Result<(PerWorker, Vec<SocketAddr>), StartError> {
     let mut per_worker: PerWorker = (0..workers).map(|_| Vec::new()).collect();
     let mut bound = Vec::new();
     for &want in listen {
         let mut addr = want;
         for w in per_worker.iter_mut() {
-            let l = listener(addr).map_err(|source| StartError::Bind {
+            let l = listener(addr, defer_secs).map_err(|source| StartError::Bind {
                 addr,
                 hint: bind_hint(&source),
                 source,
@@ -216,7 +222,9 @@ pub(crate) fn run<S: Service>(
     if let Some(warning) = raise_fd_limit(connections, S::FDS_PER_CONNECTION) {
         println!("warning: {warning}");
     }
-    let (listeners, bound) = bind_all(listen, workers)?;
+    // Wait for the ClientHello in the kernel as long as the handshake may take.
+    let defer = front.timeouts.handshake.ceil() as u32;
+    let (listeners, bound) = bind_all(listen, workers, defer)?;
     for a in &bound {
         println!("{}", announce(*a));
     }
@@ -351,10 +359,36 @@ mod tests {
     /// kernel hands the listener's setting on to accepted sockets: check it.
     #[test]
     fn accepted_sockets_inherit_nodelay() {
-        let l = listener("127.0.0.1:0".parse().unwrap()).unwrap();
+        let l = listener("127.0.0.1:0".parse().unwrap(), 10).unwrap();
         l.set_nonblocking(false).unwrap();
-        let _c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        // Deferred accept: the client speaks first.
+        std::io::Write::write_all(&mut c, b"x").unwrap();
         let (a, _) = l.accept().unwrap();
         assert!(a.nodelay().unwrap());
+    }
+
+    /// With TCP_DEFER_ACCEPT a connection that has sent nothing is not
+    /// handed to accept(); its first bytes hand it over at once.
+    #[test]
+    fn a_connection_is_accepted_once_its_first_bytes_arrive() {
+        use std::io::Write;
+        let l = listener("127.0.0.1:0".parse().unwrap(), 10).unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let e = l.accept().unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
+        c.write_all(b"\x16\x03\x01").unwrap();
+        let t0 = std::time::Instant::now();
+        loop {
+            match l.accept() {
+                Ok(_) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    assert!(t0.elapsed().as_secs() < 5, "never accepted");
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
     }
 }
