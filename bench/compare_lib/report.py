@@ -316,6 +316,67 @@ def targets(kd):
     return ["| target | measured (medians) | wanted | |", "|---|---|---|---|"] + rows
 
 
+def paired_section(kd):
+    """The fine-interleaved phase: per server the median CPU per unit over
+    the slices, and per peer the median of the per-slice ratios (each
+    slice's figures were taken within about a minute of each other), with
+    the CPU-per-unit targets judged on those ratios."""
+    pd = kd.get("paired")
+    if not pd or "tlsfront" not in pd:
+        return []
+    names = [n for n in ("tlsfront", "nginx", "haproxy", "hitch") if n in pd]
+    figs = (("ka_cpu_us_per_req", "server CPU per 1 KiB keep-alive request", "CPU µs", 1),
+            ("hs_res_cpu_ms", "server CPU per 1000 resumed handshakes", "CPU s", 3),
+            ("hs_full_cpu_ms", "server CPU per 1000 full handshakes", "CPU s", 3))
+
+    def ratios(fk, n):
+        """Per slice: the peer's CPU per unit over tlsfront's (> 1: tlsfront cheaper)."""
+        return [o / t for t, o in zip(pd["tlsfront"][fk], pd[n][fk]) if t and o]
+
+    slices = len(pd["tlsfront"]["ka_cpu_us_per_req"])
+    L = [f"#### CPU per unit, fine-interleaved ({slices} slices)", "",
+         "All four servers running at once, idle but for the one measured; short measurements "
+         "alternate between them, one slice after another, so drift over minutes cancels in each "
+         "slice's ratios. Median over slices, <sub>min–max</sub>; ×: the median of the per-slice "
+         "ratios, how many times tlsfront's CPU per unit the server spends.", "",
+         "| figure | unit | " + " | ".join(LABELS[n] for n in names) + " |",
+         "|---|---|" + "---|" * len(names)]
+    for fk, label, unit, d in figs:
+        cells = []
+        for n in names:
+            v = [x for x in pd[n][fk] if x]
+            if not v:
+                cells.append("—")
+                continue
+            c = f"{fmt(statistics.median(v), d)} <sub>{fmt(min(v), d)}–{fmt(max(v), d)}</sub>"
+            r = ratios(fk, n)
+            if n != "tlsfront" and r:
+                c += f" (×{statistics.median(r):.2f})"
+            cells.append(c)
+        L.append(f"| {label} | {unit} ↓ | " + " | ".join(cells) + " |")
+    L += ["", "| target, judged on the per-slice ratios | median (min–max over slices) | wanted | |",
+          "|---|---|---|---|"]
+    for fk, what, want, peers in (
+            ("hs_full_cpu_ms", "full handshakes per core ≥ 1.5× best of nginx/HAProxy/hitch", 1.5,
+             ("nginx", "haproxy", "hitch")),
+            ("hs_res_cpu_ms", "resumed handshakes per core ≥ 2× best of nginx/HAProxy/hitch", 2.0,
+             ("nginx", "haproxy", "hitch")),
+            ("ka_cpu_us_per_req", "1 KiB keep-alive: CPU per request ≤ 1/1.2 of nginx's", 1.2, ("nginx",))):
+        best = None
+        for n in peers:
+            r = ratios(fk, n) if n in pd else []
+            if r and (best is None or statistics.median(r) < statistics.median(best[1])):
+                best = (n, r)
+        if not best:
+            L.append(f"| {what} | — | ≥ ×{want} | n/a |")
+            continue
+        m = statistics.median(best[1])
+        L.append(f"| {what} | ×{m:.2f} of {LABELS[best[0]]} (×{min(best[1]):.2f}–×{max(best[1]):.2f}) "
+                 f"| ≥ ×{want} | {'met' if m >= want else 'not met'} |")
+    L.append("")
+    return L
+
+
 def svg_bars(path, title, unit, better, entries, d):
     """A horizontal bar chart: median bars with min–max whiskers."""
     w, left, right, top, bar, gap = 640, 130, 110, 40, 22, 10
@@ -415,6 +476,7 @@ def markdown(data, charts_dir, out_dir):
                 L.append("")
                 L.extend(targets(kd))
                 L.append("")
+                L.extend(paired_section(kd))
             charts = []
             for fk, label, unit, better, d in figures:
                 if fk not in CHART_FIGURES:
