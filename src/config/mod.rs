@@ -93,28 +93,43 @@ pub fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s.clamp(0.001, MAX_TIMEOUT))
 }
 
-/// A timeout must be a number of seconds above 0, at most a day.
-pub fn check_timeout(origin: &str, value: f64) -> Result<(), ConfigError> {
-    if value.is_finite() && value > 0.0 && value <= MAX_TIMEOUT {
+/// `value` from `origin` must lie in `ok`, or the error says what to give.
+fn in_range<T: PartialOrd + ToString>(
+    origin: &str,
+    value: T,
+    ok: impl std::ops::RangeBounds<T>,
+    expected: &'static str,
+) -> Result<(), ConfigError> {
+    if ok.contains(&value) {
         return Ok(());
     }
     Err(ConfigError::Range {
         origin: origin.into(),
         value: value.to_string(),
-        expected: "a number of seconds above 0 and at most 86400 (one day)",
+        expected,
     })
+}
+
+/// A timeout must be a number of seconds above 0, at most a day (NaN is in
+/// no range).
+pub fn check_timeout(origin: &str, value: f64) -> Result<(), ConfigError> {
+    use std::ops::Bound::{Excluded, Included};
+    in_range(
+        origin,
+        value,
+        (Excluded(0.0), Included(MAX_TIMEOUT)),
+        "a number of seconds above 0 and at most 86400 (one day)",
+    )
 }
 
 /// Worker threads: 1 to [`MAX_WORKERS`].
 pub fn check_workers(origin: &str, value: usize) -> Result<(), ConfigError> {
-    if (1..=MAX_WORKERS).contains(&value) {
-        return Ok(());
-    }
-    Err(ConfigError::Range {
-        origin: origin.into(),
-        value: value.to_string(),
-        expected: "a number of worker threads from 1 to 1024",
-    })
+    in_range(
+        origin,
+        value,
+        1..=MAX_WORKERS,
+        "a number of worker threads from 1 to 1024",
+    )
 }
 
 impl Timeouts {
@@ -137,51 +152,45 @@ impl Limits {
     /// Every limit in range: each one bounds memory or work per request or
     /// per worker, so an absurd value is refused rather than obeyed.
     pub fn check(&self, origin: impl Fn(&str) -> String) -> Result<(), ConfigError> {
-        let usize_range = |name: &str, v: usize, lo: usize, hi: usize, expected| {
-            if (lo..=hi).contains(&v) {
-                Ok(())
-            } else {
-                Err(ConfigError::Range {
-                    origin: origin(name),
-                    value: v.to_string(),
-                    expected,
-                })
-            }
-        };
-        usize_range(
-            "request_line",
-            self.request_line,
-            16,
-            1 << 20,
-            "a number of bytes from 16 to 1048576 (1 MiB)",
-        )?;
-        usize_range(
-            "header_bytes",
-            self.header_bytes,
-            64,
-            1 << 20,
-            "a number of bytes from 64 to 1048576 (1 MiB)",
-        )?;
-        usize_range(
-            "headers",
-            self.headers,
-            1,
-            10_000,
-            "a number of header fields from 1 to 10000",
-        )?;
-        usize_range(
-            "connections",
-            self.connections,
-            1,
-            1_000_000,
-            "a number of connections per worker from 1 to 1000000",
-        )?;
-        if self.keepalive_requests == 0 {
-            return Err(ConfigError::Range {
-                origin: origin("keepalive_requests"),
-                value: "0".into(),
-                expected: "at least 1 request per connection",
-            });
+        const MIB: u64 = 1 << 20;
+        for (name, v, lo, hi, expected) in [
+            (
+                "request_line",
+                self.request_line as u64,
+                16,
+                MIB,
+                "a number of bytes from 16 to 1048576 (1 MiB)",
+            ),
+            (
+                "header_bytes",
+                self.header_bytes as u64,
+                64,
+                MIB,
+                "a number of bytes from 64 to 1048576 (1 MiB)",
+            ),
+            (
+                "headers",
+                self.headers as u64,
+                1,
+                10_000,
+                "a number of header fields from 1 to 10000",
+            ),
+            (
+                "connections",
+                self.connections as u64,
+                1,
+                1_000_000,
+                "a number of connections per worker from 1 to 1000000",
+            ),
+            (
+                "keepalive_requests",
+                self.keepalive_requests,
+                1,
+                u64::MAX,
+                "at least 1 request per connection",
+            ),
+        ] {
+            in_range(&origin(name), v, lo..=hi, expected)?;
         }
         Ok(())
     }
@@ -318,50 +327,18 @@ mod tests {
                 "{e}"
             );
         }
-        for (l, name) in [
-            (
-                Limits {
-                    headers: 1 << 50,
-                    ..Default::default()
-                },
-                "headers",
-            ),
-            (
-                Limits {
-                    headers: 0,
-                    ..Default::default()
-                },
-                "headers",
-            ),
-            (
-                Limits {
-                    header_bytes: 10,
-                    ..Default::default()
-                },
-                "header_bytes",
-            ),
-            (
-                Limits {
-                    request_line: usize::MAX,
-                    ..Default::default()
-                },
-                "request_line",
-            ),
-            (
-                Limits {
-                    connections: 0,
-                    ..Default::default()
-                },
-                "connections",
-            ),
-            (
-                Limits {
-                    keepalive_requests: 0,
-                    ..Default::default()
-                },
-                "keepalive_requests",
-            ),
-        ] {
+        type Set = fn(&mut Limits);
+        let bad: [(Set, &str); 6] = [
+            (|l| l.headers = 1 << 50, "headers"),
+            (|l| l.headers = 0, "headers"),
+            (|l| l.header_bytes = 10, "header_bytes"),
+            (|l| l.request_line = usize::MAX, "request_line"),
+            (|l| l.connections = 0, "connections"),
+            (|l| l.keepalive_requests = 0, "keepalive_requests"),
+        ];
+        for (set, name) in bad {
+            let mut l = Limits::default();
+            set(&mut l);
             let e = l.check(at).unwrap_err().to_string();
             assert!(e.starts_with(&format!("setting {name}: ")), "{e}");
         }

@@ -40,36 +40,42 @@ pub fn reason(status: u16) -> &'static str {
     }
 }
 
+/// One HTTP date, formatted again only when its second changes.
+#[derive(Default)]
+struct OneDate {
+    secs: Option<u64>,
+    text: String,
+}
+
+impl OneDate {
+    fn get(&mut self, t: SystemTime) -> &str {
+        let secs = clamped_secs(t);
+        if self.secs != Some(secs) {
+            self.secs = Some(secs);
+            self.text.clear();
+            let t = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+            let _ = write!(self.text, "{}", httpdate::HttpDate::from(t));
+        }
+        &self.text
+    }
+}
+
 /// HTTP dates formatted at most once per value per worker: `Date` (this
 /// second) and the last `Last-Modified` written (usually the same file's).
 #[derive(Default)]
 pub struct DateCache {
-    secs: u64,
-    text: String,
-    modified_secs: Option<u64>,
-    modified: String,
+    now: OneDate,
+    modified: OneDate,
 }
 
 impl DateCache {
     pub fn now(&mut self) -> &str {
-        let secs = clamped_secs(SystemTime::now());
-        if secs != self.secs || self.text.is_empty() {
-            self.secs = secs;
-            self.text = httpdate::fmt_http_date(SystemTime::UNIX_EPOCH + Duration::from_secs(secs));
-        }
-        &self.text
+        self.now.get(SystemTime::now())
     }
 
     /// `t` as an HTTP date, clamped to what one can say (1970 to 9999).
     pub fn date(&mut self, t: SystemTime) -> &str {
-        let secs = clamped_secs(t);
-        if self.modified_secs != Some(secs) {
-            self.modified_secs = Some(secs);
-            self.modified.clear();
-            let t = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
-            let _ = write!(self.modified, "{}", httpdate::HttpDate::from(t));
-        }
-        &self.modified
+        self.modified.get(t)
     }
 }
 
