@@ -47,6 +47,9 @@ cargo clippy --all-targets --locked -- -D warnings
 step "unit and end-to-end tests on this kernel ($(uname -r))"
 cargo test --locked 2>&1 | tee -a "$log"
 
+step "bench/compare's CPU accounting, against processes of known CPU time"
+python3 -m bench.compare_lib.test_cpu 2>&1 | tee -a "$log"
+
 if [[ ${TLSFRONT_SKIP_GUEST:-0} == 1 ]]; then
   echo "TLSFRONT_SKIP_GUEST=1: kTLS guest stage skipped"
   summary

@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 
-from .servers import CIPHER_RUSTLS, cpu_seconds, rss_kib
+from .servers import CIPHER_RUSTLS, cpu_between, cpu_reading, rss_kib
 
 
 class BenchError(Exception):
@@ -55,7 +55,7 @@ class CpuSampler:
 
     def _loop(self):
         while not self._stop.is_set():
-            self.samples.append((time.monotonic(), cpu_seconds(self.pids_fn())))
+            self.samples.append((time.monotonic(), cpu_reading(self.pids_fn())))
             self._stop.wait(self.period)
 
     def __enter__(self):
@@ -65,7 +65,7 @@ class CpuSampler:
     def __exit__(self, *exc):
         self._stop.set()
         self._t.join(2)
-        self.samples.append((time.monotonic(), cpu_seconds(self.pids_fn())))
+        self.samples.append((time.monotonic(), cpu_reading(self.pids_fn())))
 
     def utilisation(self, t0, t1):
         """CPU seconds per second between t0 and t1 (nearest samples)."""
@@ -73,15 +73,15 @@ class CpuSampler:
         if len(inside) < 2:
             return None
         (a, ca), (b, cb) = inside[0], inside[-1]
-        return (cb - ca) / (b - a) if b > a else None
+        return cpu_between(ca, cb) / (b - a) if b > a else None
 
 
 def with_cpu(pids_fn, fn):
     """Run fn(); return (its result, server CPU seconds, wall seconds)."""
-    c0, t0 = cpu_seconds(pids_fn()), time.monotonic()
+    c0, t0 = cpu_reading(pids_fn()), time.monotonic()
     r = fn()
-    c1, t1 = cpu_seconds(pids_fn()), time.monotonic()
-    return r, c1 - c0, t1 - t0
+    c1, t1 = cpu_reading(pids_fn()), time.monotonic()
+    return r, cpu_between(c0, c1), t1 - t0
 
 
 def client_ctx(ca):
@@ -183,6 +183,6 @@ def aes_ceiling(cpus, seconds):
     return out
 
 
-def cpu_seconds_tree(proc):
-    """CPU seconds of a Proc's whole process tree."""
-    return cpu_seconds(proc.pids())
+def cpu_reading_tree(proc):
+    """A `cpu_reading` of a Proc's whole process tree."""
+    return cpu_reading(proc.pids())

@@ -515,7 +515,9 @@ def markdown(data, charts_dir, out_dir):
              f"{data['profile']['hs_rate']} sessions/s for {data['profile']['hs_s']} s with one 1 KiB GET each "
              "(full, then resumed) for CPU per handshake, uploads through the terminators, then the open-loop "
              f"`tlsfront bench tps` ramp {data['profile']['ramp']} sessions/s, {data['profile']['step_s']} s per step, "
-             "4 requests per session, with and without resumption. Server CPU is utime+stime of every process of "
-             "the server from /proc/PID/stat before and after each measurement.")
+             "4 requests per session, with and without resumption. Server CPU is the run time of every thread of "
+             "every process of the server (/proc/PID/task/TID/schedstat, nanoseconds) before and after each "
+             "measurement; utime+stime from /proc/PID/stat (10 ms ticks) for a process that lost threads "
+             "in between.")
     L.append("")
     return "\n".join(L) + "\n"
