@@ -4,6 +4,7 @@
 
 pub mod handshake;
 mod hello;
+mod hkdf;
 pub(crate) mod outbuf;
 pub mod userspace;
 
@@ -59,9 +60,10 @@ impl Default for TlsOptions {
 }
 
 /// The crypto provider: aws-lc-rs restricted to kTLS-capable suites and to
-/// X25519 and P-256 key exchange.
+/// X25519 and P-256 key exchange, its TLS 1.3 HKDF on keyed HMAC contexts
+/// (see `hkdf`).
 pub fn provider() -> CryptoProvider {
-    let base = aws_lc_rs::default_provider();
+    let base = hkdf::keyed_hkdf(aws_lc_rs::default_provider());
     CryptoProvider {
         cipher_suites: base
             .cipher_suites
