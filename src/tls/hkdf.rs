@@ -14,6 +14,7 @@ use rustls::crypto::hmac::{Hmac, Key, Tag};
 use rustls::crypto::tls13::HkdfUsingHmac;
 use rustls::crypto::CryptoProvider;
 use rustls::{CipherSuiteCommon, SupportedCipherSuite, Tls13CipherSuite};
+use std::sync::OnceLock;
 
 struct AwsLcHmac(hmac::Algorithm);
 
@@ -61,8 +62,7 @@ fn with_keyed_hkdf(suite: SupportedCipherSuite) -> SupportedCipherSuite {
         48 => &HKDF_SHA384,
         _ => return suite,
     };
-    // Made once per process (the provider is built once, at start-up), and
-    // rustls wants `&'static` suites.
+    // Leaked: made once per suite per process (see `keyed_hkdf`).
     SupportedCipherSuite::Tls13(Box::leak(Box::new(Tls13CipherSuite {
         common: CipherSuiteCommon {
             suite: s.common.suite,
@@ -75,13 +75,29 @@ fn with_keyed_hkdf(suite: SupportedCipherSuite) -> SupportedCipherSuite {
     })))
 }
 
-/// `base` with every TLS 1.3 suite on the keyed HKDF.
+/// `base` (aws-lc-rs suites) with every TLS 1.3 suite on the keyed HKDF.
 pub fn keyed_hkdf(base: CryptoProvider) -> CryptoProvider {
+    // Built once: rustls wants `&'static` suites, and `provider()` is
+    // called more than once (server, bench client, `--cipher` names).
+    static KEYED: OnceLock<Vec<SupportedCipherSuite>> = OnceLock::new();
+    let keyed = KEYED.get_or_init(|| {
+        rustls::crypto::aws_lc_rs::ALL_CIPHER_SUITES
+            .iter()
+            .copied()
+            .map(with_keyed_hkdf)
+            .collect()
+    });
     CryptoProvider {
         cipher_suites: base
             .cipher_suites
-            .into_iter()
-            .map(with_keyed_hkdf)
+            .iter()
+            .map(|s| {
+                keyed
+                    .iter()
+                    .find(|k| k.suite() == s.suite())
+                    .copied()
+                    .unwrap_or(*s)
+            })
             .collect(),
         ..base
     }
@@ -162,5 +178,27 @@ mod tests {
                 new.hmac_sign(&okm, b"finished").as_ref()
             );
         }
+    }
+
+    /// Every TLS 1.3 suite of tlsfront's provider runs on this HKDF, and
+    /// building the provider again reuses the same suites (nothing leaks).
+    #[test]
+    fn the_provider_uses_it_once() {
+        let (a, b) = (crate::tls::provider(), crate::tls::provider());
+        let mut tls13 = 0;
+        for (x, y) in a.cipher_suites.iter().zip(&b.cipher_suites) {
+            if let (SupportedCipherSuite::Tls13(x), SupportedCipherSuite::Tls13(y)) = (x, y) {
+                tls13 += 1;
+                assert!(std::ptr::eq(*x, *y), "{:?} built twice", x.common.suite);
+                let h = x.hkdf_provider as *const dyn rustls::crypto::tls13::Hkdf as *const u8;
+                assert!(
+                    std::ptr::eq(h, &HKDF_SHA256 as *const _ as *const u8)
+                        || std::ptr::eq(h, &HKDF_SHA384 as *const _ as *const u8),
+                    "{:?} is on another HKDF",
+                    x.common.suite
+                );
+            }
+        }
+        assert_eq!(tls13, 3);
     }
 }
