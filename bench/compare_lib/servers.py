@@ -115,7 +115,9 @@ def cpu_between(r0, r1):
         ticks0, th0 = r0[p]
         ticks = ticks1 - ticks0
         threads = sum(ns - th0.get(t, 0) for t, ns in th1.items()) / 1e9
-        lost = not th0.keys() <= th1.keys()
+        # No threads read in r0 (the process was starting) would count
+        # every thread's whole life: ticks then too.
+        lost = not th0 or not th0.keys() <= th1.keys()
         total += ticks if lost or ticks - threads > 1.5 / TICK else threads
     return total
 
