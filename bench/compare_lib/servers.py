@@ -122,12 +122,6 @@ def cpu_between(r0, r1):
     return total
 
 
-def cpu_seconds(pids):
-    """utime + stime (fields 14 and 15 of /proc/PID/stat) of pids, seconds,
-    at tick precision (enough for the busy/idle checks that use it)."""
-    return sum(ticks for ticks, _ in cpu_reading(pids).values())
-
-
 def rss_kib(pids, field="VmRSS"):
     """Sum of VmRSS (or VmHWM, the peak) over pids, KiB."""
     total = 0
