@@ -450,6 +450,71 @@ fn tps_resumes_tls12_sessions_too() {
     assert_eq!(num(&v["summary"]["handshakes_resumed"]), resumed as f64);
 }
 
+/// `--interleave`: sessions alternate between two servers (`--block 2`:
+/// two at a time), each at the ramp's rate, each with its own session
+/// cache (both resume), and the per-server totals agree with what each
+/// server saw.
+#[test]
+fn tps_interleaves_sessions_between_servers() {
+    let a = start_server("127.0.0.1:0", 1000).unwrap();
+    let b = start_server("127.0.0.1:0", 1000).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (ua, ub) = (a.url("/"), b.url("/"));
+    let args = [
+        "tps",
+        &ua,
+        "--interleave",
+        &ub,
+        "--block",
+        "2",
+        "--ramp",
+        "5:5:10",
+        "--step-seconds",
+        "1",
+        "--requests-per-session",
+        "2",
+    ];
+    let (v, stdout) = bench_json(&args, dir.path(), Duration::from_secs(20));
+    assert_eq!(num(&v["summary"]["failed"]), 0.0, "{v}");
+    let attempted = num(&v["summary"]["attempted"]);
+    // Each server at 5 then 10 sessions/s: twice the single-server schedule.
+    assert!(
+        (30.0 * 0.7..=30.0 * 1.3).contains(&attempted),
+        "{attempted} attempted, schedule 2 x (5 + 10)"
+    );
+    let steps = v["steps"].as_array().unwrap();
+    assert_eq!(
+        (num(&steps[0]["rate"]), num(&steps[1]["rate"])),
+        (10.0, 20.0)
+    );
+    let targets = v["targets"].as_array().unwrap();
+    assert_eq!(targets.len(), 2);
+    let mut sum = 0.0;
+    for (t, (server, url)) in targets.iter().zip([(&a, &ua), (&b, &ub)]) {
+        assert_eq!(t["url"].as_str().unwrap(), url.as_str());
+        let (full, resumed) = server.handshakes();
+        assert!(resumed >= 1, "{url}: no resumed handshake ({full} full)");
+        assert_eq!(num(&t["handshakes_resumed"]), resumed as f64, "{url}");
+        assert_eq!(
+            num(&t["successful"]) + 1.0,
+            (full + resumed) as f64,
+            "{url}: every session and the probe"
+        );
+        sum += num(&t["attempted"]);
+    }
+    assert_eq!(sum, attempted);
+    // In turn, two at a time: the counts differ by at most two sessions.
+    assert!(
+        (num(&targets[0]["attempted"]) - num(&targets[1]["attempted"])).abs() <= 2.0,
+        "{targets:?}"
+    );
+    assert!(
+        stdout.contains("sessions go to 2 servers in turn"),
+        "{stdout}"
+    );
+    assert!(stdout.contains(&ub), "{stdout}");
+}
+
 /// A failing command line: non-zero exit, nothing on stdout, one line on
 /// stderr that says `want`.
 fn fails_with(args: &[&str], want: &str) {
@@ -491,6 +556,23 @@ fn bad_targets_give_one_clear_line() {
     let server = start_server("127.0.0.1:0", 10).unwrap();
     let url = server.url("/");
     fails_with(&["download", &url], "invalid peer certificate");
+    // An interleaved server is checked like the first one, before the run.
+    let tps_with = |other: &str, want: &str| {
+        fails_with(
+            &[
+                "tps",
+                &url,
+                "--interleave",
+                other,
+                "--ramp",
+                "1:1:1",
+                "--insecure",
+            ],
+            want,
+        )
+    };
+    tps_with(&refused_url, "Connection refused");
+    tps_with("http://127.0.0.1/", "not an https:// URL");
     fails_with(
         &["download", &server.url("/missing"), "--insecure"],
         "404 Not Found",

@@ -249,6 +249,20 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     };
     let timeout = seconds("--timeout", timeout)?;
     let prepared = prepare(url, &common)?;
+    let interleaved = match &args.mode {
+        Mode::Tps(a) if a.interleave.len() >= tps::MAX_TARGETS => {
+            return Err(BenchError::Invalid(format!(
+                "--interleave: at most {} more servers in one run",
+                tps::MAX_TARGETS - 1
+            )))
+        }
+        Mode::Tps(a) => a
+            .interleave
+            .iter()
+            .map(|u| prepare(u, &common))
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => Vec::new(),
+    };
     let outputs = report::Outputs::open(&common.json, &common.chart)?;
     raise_open_files_limit();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -261,7 +275,14 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
             // The first download checks the GET; a probe GET would fetch a
             // possibly huge file once more.
             Mode::Download(a) => download::run(a, &setup(prepared, timeout, false).await?).await,
-            Mode::Tps(a) => tps::run(a, &setup(prepared, timeout, true).await?).await,
+            Mode::Tps(a) => {
+                // Each server is probed (and must answer a GET) before the run.
+                let mut targets = vec![setup(prepared, timeout, true).await?];
+                for p in interleaved {
+                    targets.push(setup(p, timeout, true).await?);
+                }
+                tps::run(a, &targets).await
+            }
             Mode::Requests(a) => requests::run(a, &setup(prepared, timeout, true).await?).await,
         }
     });

@@ -40,9 +40,28 @@ pub struct TpsArgs {
     /// A session that takes longer than SECS counts as failed.
     #[arg(long, default_value_t = 10.0, value_name = "SECS")]
     pub timeout: f64,
+    /// Another server to open sessions to (repeatable): sessions go to URL
+    /// and each --interleave URL in turn, each at the ramp's rate, so every
+    /// server is measured over the same moments of the run (for comparing
+    /// servers on a machine whose speed drifts). Each has its own session
+    /// cache; totals per server are reported after the combined ones.
+    #[arg(long, value_name = "URL")]
+    pub interleave: Vec<String>,
+    /// With --interleave: sessions in a row to one server before the next
+    /// server's turn. Servers sharing a core evict each other's caches at
+    /// every switch, which adds the same few tens of µs to every session
+    /// of each (measured here: 50 µs), so a block of 1 understates the
+    /// difference between a cheap server and a dear one; a block of 50 at
+    /// 500 sessions/s switches every 0.1 s.
+    #[arg(long, default_value_t = 50, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub block: u32,
     #[command(flatten)]
     pub common: CommonArgs,
 }
+
+/// Most servers one run may interleave.
+pub const MAX_TARGETS: usize = 16;
 
 /// The rate ramp: START, START+STEP, ... up to MAX sessions per second.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -132,6 +151,8 @@ struct Ctx {
 /// What one session reports.
 struct Done {
     step: usize,
+    /// Which server (index into the run's targets).
+    target: usize,
     /// Start, from the beginning of the test.
     start: Duration,
     /// Connect to last response byte.
@@ -157,6 +178,7 @@ async fn session_body(ctx: &Ctx) -> Result<Conn, ClientError> {
 
 async fn session(
     ctx: Arc<Ctx>,
+    target: usize,
     step: usize,
     scheduled: Duration,
     t0: Instant,
@@ -182,6 +204,7 @@ async fn session(
     };
     let _ = tx.send(Done {
         step,
+        target,
         start: start - t0,
         elapsed,
         lag: (start - t0).saturating_sub(scheduled),
@@ -249,17 +272,36 @@ pub struct ErrorCount {
     pub example: String,
 }
 
-pub async fn run(args: &TpsArgs, setup: &Setup) -> Result<Outcome, BenchError> {
+/// One server's totals in an interleaved run.
+struct TargetAgg {
+    attempted: u64,
+    ok: u64,
+    failed: u64,
+    resumed: u64,
+    hist: Histogram<u64>,
+}
+
+/// Run the ramp against `targets` (the URL, then each --interleave URL):
+/// with more than one, the schedule runs at `targets.len()` times each
+/// rate and session `n` goes to target `(n / block) % targets.len()`.
+pub async fn run(args: &TpsArgs, targets: &[Setup]) -> Result<Outcome, BenchError> {
     let timeout = super::seconds("--timeout", args.timeout)?;
-    let rates = args.ramp.rates();
-    let ctx = Arc::new(Ctx {
-        target: setup.target.clone(),
-        addr: setup.probe.addr,
-        connector: client::connector(&setup.config),
-        request: http::get_request(&setup.target),
-        requests: args.requests_per_session,
-        timeout,
-    });
+    let k = targets.len().max(1) as u32;
+    // The steps' rates are what all targets together are sent.
+    let rates: Vec<u32> = args.ramp.rates().iter().map(|r| r * k).collect();
+    let ctxs: Vec<Arc<Ctx>> = targets
+        .iter()
+        .map(|setup| {
+            Arc::new(Ctx {
+                target: setup.target.clone(),
+                addr: setup.probe.addr,
+                connector: client::connector(&setup.config),
+                request: http::get_request(&setup.target),
+                requests: args.requests_per_session,
+                timeout,
+            })
+        })
+        .collect();
     let total_secs = rates.len() as u64 * u64::from(args.step_seconds);
     let bar = report::progress(total_secs, "s");
 
@@ -268,16 +310,25 @@ pub async fn run(args: &TpsArgs, setup: &Setup) -> Result<Outcome, BenchError> {
     // The clock runs on a thread of its own, so busy runtime workers cannot
     // delay it; each session is a task of its own.
     let generator = {
-        let (ctx, rates, step_seconds) = (ctx.clone(), rates.clone(), args.step_seconds);
+        let (ctxs, rates, step_seconds) = (ctxs.clone(), rates.clone(), args.step_seconds);
+        let block = args.block as usize;
         let handle = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
             let start = t0.into_std();
-            for (step, offset) in schedule(&rates, step_seconds) {
+            for (n, (step, offset)) in schedule(&rates, step_seconds).enumerate() {
                 let wait = (start + offset).saturating_duration_since(std::time::Instant::now());
                 if !wait.is_zero() {
                     std::thread::sleep(wait);
                 }
-                handle.spawn(session(ctx.clone(), step, offset, t0, tx.clone()));
+                let target = (n / block) % ctxs.len();
+                handle.spawn(session(
+                    ctxs[target].clone(),
+                    target,
+                    step,
+                    offset,
+                    t0,
+                    tx.clone(),
+                ));
             }
         })
     };
@@ -295,6 +346,16 @@ pub async fn run(args: &TpsArgs, setup: &Setup) -> Result<Outcome, BenchError> {
             lag: stats::new_histogram(),
         })
         .collect();
+    let mut per_target: Vec<TargetAgg> = targets
+        .iter()
+        .map(|_| TargetAgg {
+            attempted: 0,
+            ok: 0,
+            failed: 0,
+            resumed: 0,
+            hist: stats::new_histogram(),
+        })
+        .collect();
     let mut errors: BTreeMap<&'static str, ErrorCount> = BTreeMap::new();
     let mut failed_so_far = 0u64;
     while let Some(done) = rx.recv().await {
@@ -308,8 +369,10 @@ pub async fn run(args: &TpsArgs, setup: &Setup) -> Result<Outcome, BenchError> {
         }
         let s = &mut seconds[sec as usize];
         let st = &mut steps[done.step];
+        let tg = &mut per_target[done.target];
         s.attempted += 1;
         st.attempted += 1;
+        tg.attempted += 1;
         stats::record(&mut lags, done.lag);
         stats::record(&mut st.lag, done.lag);
         match done.result {
@@ -319,10 +382,14 @@ pub async fn run(args: &TpsArgs, setup: &Setup) -> Result<Outcome, BenchError> {
                 st.ok += 1;
                 st.resumed += u64::from(resumed);
                 stats::record(&mut st.hist, done.elapsed);
+                tg.ok += 1;
+                tg.resumed += u64::from(resumed);
+                stats::record(&mut tg.hist, done.elapsed);
             }
             Err((kind, message)) => {
                 s.failed += 1;
                 st.failed += 1;
+                tg.failed += 1;
                 failed_so_far += 1;
                 errors
                     .entry(kind)
@@ -350,9 +417,46 @@ pub async fn run(args: &TpsArgs, setup: &Setup) -> Result<Outcome, BenchError> {
             s.mean_response_ms = Some(s.sum_ms / s.successful as f64);
         }
     }
-    Ok(outcome(args, setup, &rates, &seconds, &steps, errors, lag))
+    let per_target: Vec<TargetReport> = targets
+        .iter()
+        .zip(&per_target)
+        .map(|(setup, tg)| TargetReport {
+            url: setup.target.url.clone(),
+            addr: setup.probe.addr,
+            attempted: tg.attempted,
+            successful: tg.ok,
+            failed: tg.failed,
+            handshakes_resumed: tg.resumed,
+            handshakes_full: tg.ok - tg.resumed,
+            response: stats::latency(&tg.hist),
+        })
+        .collect();
+    Ok(outcome(
+        args,
+        &targets[0],
+        &rates,
+        &seconds,
+        &steps,
+        errors,
+        lag,
+        &per_target,
+    ))
 }
 
+/// One server's totals in an interleaved run.
+#[derive(Clone, Debug, Serialize)]
+pub struct TargetReport {
+    pub url: String,
+    pub addr: SocketAddr,
+    pub attempted: u64,
+    pub successful: u64,
+    pub failed: u64,
+    pub handshakes_resumed: u64,
+    pub handshakes_full: u64,
+    pub response: Latency,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn outcome(
     args: &TpsArgs,
     setup: &Setup,
@@ -361,6 +465,7 @@ fn outcome(
     steps: &[StepAgg],
     errors: BTreeMap<&'static str, ErrorCount>,
     lag: Latency,
+    targets: &[TargetReport],
 ) -> Outcome {
     let secs = f64::from(args.step_seconds);
     let reports: Vec<StepReport> = steps
@@ -440,7 +545,16 @@ fn outcome(
         if args.common.no_resume { "off" } else { "on" },
         args.timeout
     );
-    let _ = writeln!(t, "{}\n", setup.describe());
+    let _ = writeln!(t, "{}", setup.describe());
+    if targets.len() > 1 {
+        let _ = writeln!(
+            t,
+            "interleaved: sessions go to {} servers in turn, {} at a time, each server at the ramp's rate (the rates below are all of them together)",
+            targets.len(),
+            args.block
+        );
+    }
+    let _ = writeln!(t);
     let rows: Vec<Vec<String>> = reports
         .iter()
         .map(|r| {
@@ -511,6 +625,42 @@ fn outcome(
     for e in errors.values() {
         let _ = writeln!(t, "failed: {} x {} (e.g. {})", e.count, e.kind, e.example);
     }
+    if targets.len() > 1 {
+        let rows: Vec<Vec<String>> = targets
+            .iter()
+            .map(|g| {
+                let ms = |v: f64| {
+                    if g.successful > 0 {
+                        f(v, 1)
+                    } else {
+                        "-".into()
+                    }
+                };
+                vec![
+                    g.url.clone(),
+                    g.attempted.to_string(),
+                    g.successful.to_string(),
+                    g.handshakes_resumed.to_string(),
+                    g.failed.to_string(),
+                    ms(g.response.mean_ms),
+                    ms(g.response.p99_ms),
+                ]
+            })
+            .collect();
+        let _ = writeln!(t);
+        t.push_str(&report::table(
+            &[
+                "server",
+                "attempted",
+                "successful",
+                "resumed",
+                "failed",
+                "mean ms",
+                "p99 ms",
+            ],
+            &rows,
+        ));
+    }
     if lag.p99_ms > 50.0 {
         let _ = writeln!(
             t,
@@ -574,6 +724,8 @@ fn outcome(
         "settings": {
             "tls": setup.settings,
             "ramp": args.ramp,
+            "interleave": args.interleave,
+            "block": args.block,
             "rates": rates,
             "step_seconds": args.step_seconds,
             "requests_per_session": args.requests_per_session,
@@ -582,6 +734,7 @@ fn outcome(
         "negotiated": setup.probe.info,
         "summary": summary,
         "steps": reports,
+        "targets": targets,
         "errors": errors.values().collect::<Vec<_>>(),
         "per_second": seconds,
     });
