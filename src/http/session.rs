@@ -13,12 +13,13 @@ use super::response::{error_page, Head};
 use crate::config::{secs, ServeConfig};
 use crate::files::DocRoot;
 use crate::files::{FileError, Lookup, OpenFile};
+use crate::server::timer::{timeout, timeout_at};
 use crate::server::{ConnInfo, Front, Service, StartError, Tls};
 use crate::transport::{close_and_linger, Transport, TransportError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
-use tokio::time::{timeout, timeout_at, Instant};
+use tokio::time::Instant;
 
 /// How long to keep reading after our close_notify so the client's unread
 /// data does not turn our close into a reset.

@@ -6,6 +6,7 @@
 //! accepted connection gets the TLS front ([`worker`]): `TCP_ULP`, the
 //! handshake, the choice of data path; then a [`Service`] takes over.
 
+pub(crate) mod timer;
 mod worker;
 
 use crate::config::{cert, secs, KtlsMode, Timeouts};

@@ -2,7 +2,7 @@
 //! `TCP_ULP` right after accept, the handshake, then the choice of data
 //! path — kTLS when the kernel takes the negotiated cipher, else user space.
 
-use super::{ConnInfo, Front, Service, Tls};
+use super::{timer, ConnInfo, Front, Service, Tls};
 use crate::config::secs;
 use crate::ktls::{crypto_info, stream::KtlsStream, Cipher, Direction, Version};
 use crate::metrics::Fallback;
@@ -38,6 +38,11 @@ pub(super) fn worker<S: Service>(
     // LocalSet task woken by the I/O driver wakes the runtime through its
     // eventfd (a write and an extra epoll_wait per wake-up).
     rt.block_on(async move {
+        // Connection timeouts on this thread use the worker's coarse timers
+        // (or tokio's, should their thread not start).
+        let _timers = timer::Timers::start()
+            .map_err(|e| tracing::warn!("worker timers: no thread ({e}); using tokio's"))
+            .ok();
         let active = Arc::new(AtomicUsize::new(0));
         for l in listeners {
             match TcpListener::from_std(l) {
@@ -179,7 +184,7 @@ async fn connection<S: Service>(
     // connection costs).
     let (tls, info) = {
         let hs = Box::pin(handshake(&mut sock, &front.tls, ulp));
-        let hs = match tokio::time::timeout(secs(t.handshake), hs).await {
+        let hs = match timer::timeout(secs(t.handshake), hs).await {
             Ok(Ok(hs)) => hs,
             Ok(Err(e)) => {
                 front
