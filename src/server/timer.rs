@@ -305,26 +305,53 @@ impl Drop for Sleep {
     }
 }
 
-/// Run `f` until `deadline`: on a worker with the worker's coarse timers,
-/// elsewhere with tokio's.
-pub async fn timeout_at<F: Future>(deadline: Instant, f: F) -> Result<F::Output, Elapsed> {
-    match Timers::current() {
-        Some(t) => {
-            tokio::select! {
-                biased;
-                v = f => Ok(v),
-                () = t.sleep_until(deadline) => Err(Elapsed),
-            }
-        }
-        None => tokio::time::timeout_at(deadline, f)
-            .await
-            .map_err(|_| Elapsed),
+pin_project_lite::pin_project! {
+    /// `f`, or [`Elapsed`] once its deadline has passed: see [`timeout_at`].
+    /// A plain struct, not an `async fn`, so a connection task waiting in
+    /// one holds `f` once (an `async fn` would keep its argument beside the
+    /// copy it polls, and every idle connection would pay for both).
+    pub struct Timeout<F> {
+        #[pin]
+        f: F,
+        clock: Clock,
     }
 }
 
+enum Clock {
+    Worker(Sleep),
+    /// Outside a worker: tokio's timer.
+    Tokio(Pin<Box<tokio::time::Sleep>>),
+}
+
+impl<F: Future> Future for Timeout<F> {
+    type Output = Result<F::Output, Elapsed>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(v) = this.f.poll(cx) {
+            return Poll::Ready(Ok(v));
+        }
+        let due = match this.clock {
+            Clock::Worker(s) => Pin::new(s).poll(cx),
+            Clock::Tokio(s) => s.as_mut().poll(cx),
+        };
+        due.map(|()| Err(Elapsed))
+    }
+}
+
+/// Run `f` until `deadline`: on a worker with the worker's coarse timers,
+/// elsewhere with tokio's.
+pub fn timeout_at<F: Future>(deadline: Instant, f: F) -> Timeout<F> {
+    let clock = match Timers::current() {
+        Some(t) => Clock::Worker(t.sleep_until(deadline)),
+        None => Clock::Tokio(Box::pin(tokio::time::sleep_until(deadline))),
+    };
+    Timeout { f, clock }
+}
+
 /// Run `f` for at most `d` (see [`timeout_at`]).
-pub async fn timeout<F: Future>(d: Duration, f: F) -> Result<F::Output, Elapsed> {
-    timeout_at(Instant::now() + d, f).await
+pub fn timeout<F: Future>(d: Duration, f: F) -> Timeout<F> {
+    timeout_at(Instant::now() + d, f)
 }
 
 #[cfg(test)]
