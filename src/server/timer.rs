@@ -3,9 +3,9 @@
 //!
 //! Why not tokio's timer: a pending tokio timer puts a timeout on the
 //! worker's `epoll_wait`, and every such wait arms and cancels a kernel
-//! hrtimer (in this VM, each reprogramming of the timer device is a trap to
-//! the hypervisor); and registering a timer due before all others wakes
-//! the driver through its eventfd. On a worker that serves one short
+//! hrtimer (in a VM, reprogramming the timer device traps to the
+//! hypervisor); and registering a timer due before all others wakes the
+//! driver through its eventfd. On a worker that serves one short
 //! connection after another that is every wait and nearly every timer:
 //! `bench/ab` measured a build with no connection timers 4 % cheaper per
 //! resumed session, and one with a coarse tick in a tokio task no cheaper
