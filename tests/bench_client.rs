@@ -362,21 +362,23 @@ fn ca_file_and_ipv6_literal() {
     }
 }
 
-/// Run one tps ramp (5/s then 10/s, one second each) against a fresh server.
+/// The tps tests' ramp: 5/s then 10/s, one second each, 2 GETs a session.
+const SHORT_RAMP: [&str; 6] = [
+    "--ramp",
+    "5:5:10",
+    "--step-seconds",
+    "1",
+    "--requests-per-session",
+    "2",
+];
+
+/// Run one [`SHORT_RAMP`] against a fresh server.
 fn tps_run(extra: &[&str]) -> (Value, TestServer) {
     let server = start_server("127.0.0.1:0", 1000).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let url = server.url("/");
-    let mut args = vec![
-        "tps",
-        &url,
-        "--ramp",
-        "5:5:10",
-        "--step-seconds",
-        "1",
-        "--requests-per-session",
-        "2",
-    ];
+    let mut args = vec!["tps", &url];
+    args.extend(SHORT_RAMP);
     args.extend(extra);
     let (v, _) = bench_json(&args, dir.path(), Duration::from_secs(20));
     (v, server)
@@ -460,20 +462,8 @@ fn tps_interleaves_sessions_between_servers() {
     let b = start_server("127.0.0.1:0", 1000).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (ua, ub) = (a.url("/"), b.url("/"));
-    let args = [
-        "tps",
-        &ua,
-        "--interleave",
-        &ub,
-        "--block",
-        "2",
-        "--ramp",
-        "5:5:10",
-        "--step-seconds",
-        "1",
-        "--requests-per-session",
-        "2",
-    ];
+    let mut args = vec!["tps", &ua, "--interleave", &ub, "--block", "2"];
+    args.extend(SHORT_RAMP);
     let (v, stdout) = bench_json(&args, dir.path(), Duration::from_secs(20));
     assert_eq!(num(&v["summary"]["failed"]), 0.0, "{v}");
     let attempted = num(&v["summary"]["attempted"]);

@@ -332,19 +332,16 @@ def paired_section(kd):
     def ratios(fk, n):
         """Per slice: the peer's CPU per unit over tlsfront's (> 1: tlsfront
         cheaper). Handshakes: the ratio within the run that interleaved the
-        two servers' sessions (runs before that method: the slice's figures)."""
+        two servers' sessions; keep-alive: the slice's two figures."""
         if "ratio_" + fk in pd[n]:
             return [r for r in pd[n]["ratio_" + fk] if r]
         return [o / t for t, o in zip(pd["tlsfront"][fk], pd[n][fk]) if t and o]
 
     slices = len(pd["tlsfront"]["ka_cpu_us_per_req"])
-    interleaved = any("ratio_hs_res_cpu_ms" in pd[n] for n in names)
     how = ("Handshakes: in each slice, one `bench tps --interleave` run per peer sends sessions to "
            "tlsfront and that peer in turn (500/s each), so the two are measured over the same "
            "seconds; tlsfront's figure is the median of its runs. Keep-alive requests (a closed "
-           "loop): each server in turn, seconds apart. " if interleaved else
-           "Short measurements alternate between the servers, one slice after another, so drift "
-           "over minutes cancels in each slice's ratios. ")
+           "loop): each server in turn, seconds apart. ")
     L = [f"#### CPU per unit, fine-interleaved ({slices} slices)", "",
          "All four servers running at once, idle but for the ones measured. " + how +
          "Median over slices, <sub>min–max</sub>; ×: the median of the per-slice "

@@ -227,12 +227,43 @@ pub struct Second {
     sum_ms: f64,
 }
 
-struct StepAgg {
+/// Sessions counted together: those of one step, or of one server.
+struct Tally {
     attempted: u64,
     ok: u64,
     failed: u64,
     resumed: u64,
+    /// Response times of the successful ones.
     hist: Histogram<u64>,
+}
+
+impl Tally {
+    fn new() -> Self {
+        Tally {
+            attempted: 0,
+            ok: 0,
+            failed: 0,
+            resumed: 0,
+            hist: stats::new_histogram(),
+        }
+    }
+
+    /// Count a session: `Some(resumed)` if it succeeded.
+    fn count(&mut self, ok: Option<bool>, elapsed: Duration) {
+        self.attempted += 1;
+        match ok {
+            Some(resumed) => {
+                self.ok += 1;
+                self.resumed += u64::from(resumed);
+                stats::record(&mut self.hist, elapsed);
+            }
+            None => self.failed += 1,
+        }
+    }
+}
+
+struct StepAgg {
+    tally: Tally,
     lag: Histogram<u64>,
 }
 
@@ -270,15 +301,6 @@ pub struct ErrorCount {
     pub kind: &'static str,
     pub count: u64,
     pub example: String,
-}
-
-/// One server's totals in an interleaved run.
-struct TargetAgg {
-    attempted: u64,
-    ok: u64,
-    failed: u64,
-    resumed: u64,
-    hist: Histogram<u64>,
 }
 
 /// Run the ramp against `targets` (the URL, then each --interleave URL):
@@ -338,24 +360,11 @@ pub async fn run(args: &TpsArgs, targets: &[Setup]) -> Result<Outcome, BenchErro
     let mut steps: Vec<StepAgg> = rates
         .iter()
         .map(|_| StepAgg {
-            attempted: 0,
-            ok: 0,
-            failed: 0,
-            resumed: 0,
-            hist: stats::new_histogram(),
+            tally: Tally::new(),
             lag: stats::new_histogram(),
         })
         .collect();
-    let mut per_target: Vec<TargetAgg> = targets
-        .iter()
-        .map(|_| TargetAgg {
-            attempted: 0,
-            ok: 0,
-            failed: 0,
-            resumed: 0,
-            hist: stats::new_histogram(),
-        })
-        .collect();
+    let mut per_target: Vec<Tally> = targets.iter().map(|_| Tally::new()).collect();
     let mut errors: BTreeMap<&'static str, ErrorCount> = BTreeMap::new();
     let mut failed_so_far = 0u64;
     while let Some(done) = rx.recv().await {
@@ -369,27 +378,19 @@ pub async fn run(args: &TpsArgs, targets: &[Setup]) -> Result<Outcome, BenchErro
         }
         let s = &mut seconds[sec as usize];
         let st = &mut steps[done.step];
-        let tg = &mut per_target[done.target];
+        let ok = done.result.as_ref().ok().copied();
+        st.tally.count(ok, done.elapsed);
+        per_target[done.target].count(ok, done.elapsed);
         s.attempted += 1;
-        st.attempted += 1;
-        tg.attempted += 1;
         stats::record(&mut lags, done.lag);
         stats::record(&mut st.lag, done.lag);
         match done.result {
-            Ok(resumed) => {
+            Ok(_) => {
                 s.successful += 1;
                 s.sum_ms += done.elapsed.as_secs_f64() * 1000.0;
-                st.ok += 1;
-                st.resumed += u64::from(resumed);
-                stats::record(&mut st.hist, done.elapsed);
-                tg.ok += 1;
-                tg.resumed += u64::from(resumed);
-                stats::record(&mut tg.hist, done.elapsed);
             }
             Err((kind, message)) => {
                 s.failed += 1;
-                st.failed += 1;
-                tg.failed += 1;
                 failed_so_far += 1;
                 errors
                     .entry(kind)
@@ -456,6 +457,15 @@ pub struct TargetReport {
     pub response: Latency,
 }
 
+/// A response time in ms for a table, or "-" when no session succeeded.
+fn ms_if_any(successful: u64, v: f64) -> String {
+    if successful > 0 {
+        f(v, 1)
+    } else {
+        "-".into()
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn outcome(
     args: &TpsArgs,
@@ -475,18 +485,18 @@ fn outcome(
         .map(|(i, (st, &rate))| StepReport {
             rate,
             start_s: i as u64 * u64::from(args.step_seconds),
-            attempted: st.attempted,
-            successful: st.ok,
-            failed: st.failed,
-            error_rate: if st.attempted > 0 {
-                st.failed as f64 / st.attempted as f64
+            attempted: st.tally.attempted,
+            successful: st.tally.ok,
+            failed: st.tally.failed,
+            error_rate: if st.tally.attempted > 0 {
+                st.tally.failed as f64 / st.tally.attempted as f64
             } else {
                 0.0
             },
-            tps: st.ok as f64 / secs,
-            handshakes_resumed: st.resumed,
-            handshakes_full: st.ok - st.resumed,
-            response: stats::latency(&st.hist),
+            tps: st.tally.ok as f64 / secs,
+            handshakes_resumed: st.tally.resumed,
+            handshakes_full: st.tally.ok - st.tally.resumed,
+            response: stats::latency(&st.tally.hist),
             start_lag: stats::latency(&st.lag),
         })
         .collect();
@@ -558,13 +568,7 @@ fn outcome(
     let rows: Vec<Vec<String>> = reports
         .iter()
         .map(|r| {
-            let ms = |v: f64| {
-                if r.successful > 0 {
-                    f(v, 1)
-                } else {
-                    "-".into()
-                }
-            };
+            let ms = |v| ms_if_any(r.successful, v);
             vec![
                 r.rate.to_string(),
                 r.attempted.to_string(),
@@ -629,13 +633,7 @@ fn outcome(
         let rows: Vec<Vec<String>> = targets
             .iter()
             .map(|g| {
-                let ms = |v: f64| {
-                    if g.successful > 0 {
-                        f(v, 1)
-                    } else {
-                        "-".into()
-                    }
-                };
+                let ms = |v| ms_if_any(g.successful, v);
                 vec![
                     g.url.clone(),
                     g.attempted.to_string(),
