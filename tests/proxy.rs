@@ -224,7 +224,7 @@ fn write_proxy_v1_and_v2_read_by_nginx_and_haproxy() {
         let server = Server::proxy(&backend, &["--write-proxy", version, "--alpn", "http/1.1"]);
         let url = format!("https://localhost:{}/", server.port);
         let resolve = format!("localhost:{}:127.0.0.1", server.port);
-        let out = std::process::Command::new("curl")
+        let out = tool("curl")
             .arg("--cacert")
             .arg(server.ca())
             .args([

@@ -35,8 +35,9 @@ pub struct Limits {
     pub body: u64,
     /// Requests served on one connection before it is closed.
     pub keepalive_requests: u64,
-    /// Open connections per worker; more are closed at once.
-    pub connections: usize,
+    /// Open connections per worker; more are closed at once. Unset: as
+    /// many as the open-file limit allows, at most 10000.
+    pub connections: Option<usize>,
 }
 
 impl Default for Limits {
@@ -47,7 +48,7 @@ impl Default for Limits {
             headers: 100,
             body: 1 << 20,
             keepalive_requests: 1000,
-            connections: 10_000,
+            connections: None,
         }
     }
 }
@@ -177,7 +178,7 @@ impl Limits {
             ),
             (
                 "connections",
-                self.connections as u64,
+                self.connections.map_or(1, |c| c as u64),
                 1,
                 1_000_000,
                 "a number of connections per worker from 1 to 1000000",
@@ -333,7 +334,7 @@ mod tests {
             (|l| l.headers = 0, "headers"),
             (|l| l.header_bytes = 10, "header_bytes"),
             (|l| l.request_line = usize::MAX, "request_line"),
-            (|l| l.connections = 0, "connections"),
+            (|l| l.connections = Some(0), "connections"),
             (|l| l.keepalive_requests = 0, "keepalive_requests"),
         ];
         for (set, name) in bad {

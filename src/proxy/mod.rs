@@ -43,7 +43,8 @@ pub struct ProxyConfig {
     pub connect_timeout: Duration,
     pub idle_timeout: Duration,
     pub timeouts: Timeouts,
-    pub max_connections: usize,
+    /// Open connections per worker (`None`: fit to the open-file limit).
+    pub max_connections: Option<usize>,
 }
 
 #[derive(clap::Args, Debug, Default)]
@@ -133,7 +134,7 @@ impl ProxyArgs {
             connect_timeout: secs(self.connect_timeout),
             idle_timeout: secs(self.idle_timeout),
             timeouts,
-            max_connections: 10_000,
+            max_connections: None,
         })
     }
 }

@@ -31,9 +31,16 @@ pub(crate) struct Front {
     pub ktls: Support,
     pub metrics: Metrics,
     pub timeouts: Timeouts,
-    /// Open connections per worker; more are closed at once.
-    pub max_connections: usize,
+    /// Open connections per worker, as set; `None`: as many as the
+    /// open-file limit allows, at most [`DEFAULT_CONNECTIONS`]. Resolved
+    /// once, at start ([`run`]).
+    pub max_connections: Option<usize>,
 }
+
+/// Open connections per worker unless set otherwise (nginx's
+/// `worker_connections` defaults lower, HAProxy sizes `maxconn` to the
+/// open-file limit: this is the latter with a ceiling).
+pub const DEFAULT_CONNECTIONS: usize = 10_000;
 
 /// A TLS connection after its handshake, on the data path it was given.
 pub(crate) enum Tls {
@@ -112,7 +119,7 @@ pub(crate) fn front(
     tls: &TlsOptions,
     ktls: KtlsMode,
     timeouts: Timeouts,
-    max_connections: usize,
+    max_connections: Option<usize>,
 ) -> Result<Front, StartError> {
     let id = cert::load(cert_path, key_path)?;
     if id.created {
@@ -219,10 +226,7 @@ pub(crate) fn run<S: Service>(
     // Signal handlers first: once the port is announced, a supervisor may
     // send SIGTERM at any time, and it must mean "drain", not "die".
     let signals = Signals::install().map_err(StartError::Runtime)?;
-    let connections = (workers as u64).saturating_mul(front.max_connections as u64);
-    if let Some(warning) = raise_fd_limit(connections, S::FDS_PER_CONNECTION) {
-        println!("warning: {warning}");
-    }
+    let max_connections = connection_limit(front.max_connections, workers, S::FDS_PER_CONNECTION);
     // Wait for the ClientHello in the kernel as long as the handshake may take.
     let defer = front.timeouts.handshake.ceil() as u32;
     let (listeners, bound) = bind_all(listen, workers, defer)?;
@@ -241,7 +245,7 @@ pub(crate) fn run<S: Service>(
         let stop = stop_rx.clone();
         let t = std::thread::Builder::new()
             .name(format!("worker-{i}"))
-            .spawn(move || worker::worker(ls, front, service, stop, grace))
+            .spawn(move || worker::worker(ls, front, service, stop, grace, max_connections))
             .map_err(StartError::Runtime)?;
         threads.push(t);
     }
@@ -260,36 +264,82 @@ pub(crate) fn run<S: Service>(
 /// document root, standard streams.
 const FD_RESERVE: u64 = 64;
 
-/// Raise the soft open-file limit to the hard one, as Go's runtime and
-/// HAProxy do: the usual soft default of 1024 would make accept() fail with
-/// EMFILE long before the connection limits are reached. Returns a warning
-/// when even the hard limit is below what `connections` need.
-fn raise_fd_limit(connections: u64, per_connection: u64) -> Option<String> {
+/// Open connections per worker: the limit as set, or else as many as the
+/// open-file limit allows (at most [`DEFAULT_CONNECTIONS`]). Raises the soft
+/// open-file limit to the hard one first, as Go's runtime and HAProxy do:
+/// the usual soft default of 1024 would make accept() fail with EMFILE long
+/// before the connection limits are reached. Says on stdout what it chose
+/// when that is not the plain default; warns only when a limit that was
+/// set cannot be reached.
+fn connection_limit(requested: Option<usize>, workers: usize, per_connection: u64) -> usize {
+    let fds = raise_fd_limit();
+    if let Err(e) = &fds {
+        println!("warning: {e}");
+    }
+    let (limit, note) = fit_connections(requested, workers, per_connection, fds.ok().flatten());
+    if let Some(note) = note {
+        println!("{note}");
+    }
+    limit
+}
+
+/// Raise the soft open-file limit to the hard one; the limit now in force
+/// (`None`: unlimited).
+fn raise_fd_limit() -> Result<Option<u64>, String> {
     use rustix::process::{getrlimit, setrlimit, Resource};
-    let needed = connections
-        .saturating_mul(per_connection)
-        .saturating_add(FD_RESERVE);
     let mut lim = getrlimit(Resource::Nofile);
     if let (Some(soft), Some(hard)) = (lim.current, lim.maximum) {
         if soft < hard {
             lim.current = Some(hard);
             if let Err(e) = setrlimit(Resource::Nofile, lim) {
-                return Some(format!(
+                return Err(format!(
                     "cannot raise the open-file limit from {soft} to {hard}: {e}"
                 ));
             }
         }
     }
-    let have = lim.current?; // None: unlimited
-    (have < needed).then(|| {
-        format!(
-            "the open-file limit is {have}, but the connection limits need up to {needed} \
-             descriptors: beyond about {} connections accept() will fail (EMFILE). Raise the \
-             hard limit (ulimit -Hn, systemd LimitNOFILE=) or lower the connection limit \
-             ([limits] connections in the config file for serve)",
-            have.saturating_sub(FD_RESERVE) / per_connection
-        )
-    })
+    Ok(lim.current)
+}
+
+/// The per-worker connection limit for an open-file limit of `fds`, and
+/// what to tell the operator about it: information when the default was
+/// lowered to fit, a warning when a limit that was set does not fit.
+fn fit_connections(
+    requested: Option<usize>,
+    workers: usize,
+    per_connection: u64,
+    fds: Option<u64>,
+) -> (usize, Option<String>) {
+    let per_worker = (workers.max(1) as u64).saturating_mul(per_connection);
+    let fitting = fds.map(|have| (have.saturating_sub(FD_RESERVE) / per_worker) as usize);
+    match (requested, fitting) {
+        (Some(n), Some(fit)) if n > fit => {
+            let have = fds.unwrap_or_default();
+            let needed = (n as u64)
+                .saturating_mul(per_worker)
+                .saturating_add(FD_RESERVE);
+            let warning = format!(
+                "warning: the open-file limit is {have}, but the connection limits need up to \
+                 {needed} descriptors: beyond about {} connections accept() will fail (EMFILE). \
+                 Raise the hard limit (ulimit -Hn, systemd LimitNOFILE=) or lower the connection \
+                 limit ([limits] connections in the config file for serve)",
+                fit.saturating_mul(workers)
+            );
+            (n, Some(warning))
+        }
+        (Some(n), _) => (n, None),
+        (None, Some(fit)) if fit < DEFAULT_CONNECTIONS => {
+            let fit = fit.max(1);
+            let note = format!(
+                "connections: up to {fit} per worker, as the open-file limit ({}) allows; \
+                 raise it (ulimit -Hn, systemd LimitNOFILE=) for more, or set [limits] \
+                 connections",
+                fds.unwrap_or_default()
+            );
+            (fit, Some(note))
+        }
+        (None, _) => (DEFAULT_CONNECTIONS, None),
+    }
 }
 
 /// SIGTERM and SIGINT, caught from before the first line is printed.
@@ -355,6 +405,37 @@ fn release_free_heap() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_connection_limit_fits_the_open_file_limit() {
+        // Plenty of descriptors: the default, nothing said.
+        assert_eq!(
+            fit_connections(None, 2, 2, Some(1 << 20)),
+            (DEFAULT_CONNECTIONS, None)
+        );
+        assert_eq!(
+            fit_connections(None, 2, 2, None),
+            (DEFAULT_CONNECTIONS, None)
+        );
+        // A stock hard limit below what the default needs: fitted, and said
+        // as information (no "warning").
+        let (n, note) = fit_connections(None, 2, 2, Some(20_000));
+        assert_eq!(n, (20_000 - 64) / 4);
+        let note = note.unwrap();
+        assert!(
+            note.starts_with("connections: up to 4984 per worker"),
+            "{note}"
+        );
+        // Never zero.
+        assert_eq!(fit_connections(None, 4, 2, Some(10)).0, 1);
+        // A limit that was set is kept; a warning only when it cannot be met.
+        assert_eq!(fit_connections(Some(480), 1, 2, Some(1024)), (480, None));
+        let (n, warning) = fit_connections(Some(5000), 1, 2, Some(1024));
+        assert_eq!(n, 5000);
+        assert!(warning
+            .unwrap()
+            .starts_with("warning: the open-file limit is 1024"));
+    }
 
     /// The per-connection `setsockopt(TCP_NODELAY)` was dropped because the
     /// kernel hands the listener's setting on to accepted sockets: check it.

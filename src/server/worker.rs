@@ -23,6 +23,7 @@ pub(super) fn worker<S: Service>(
     service: Arc<S>,
     mut stop: watch::Receiver<bool>,
     grace: Duration,
+    max_connections: usize,
 ) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -53,6 +54,7 @@ pub(super) fn worker<S: Service>(
                         service.clone(),
                         stop.clone(),
                         active.clone(),
+                        max_connections,
                     ));
                 }
                 Err(e) => tracing::error!("worker cannot use its listener: {e}"),
@@ -76,8 +78,8 @@ async fn accept_loop<S: Service>(
     service: Arc<S>,
     mut stop: watch::Receiver<bool>,
     active: Arc<AtomicUsize>,
+    max: usize,
 ) {
-    let max = front.max_connections;
     // Bound to one address, every connection's local address is that one:
     // no getsockname() per connection.
     let bound = listener

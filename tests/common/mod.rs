@@ -249,7 +249,7 @@ impl Server {
         let data = tempfile::tempdir().unwrap();
         let mut cmd = match wrapper.split_first() {
             Some((first, rest)) => {
-                let mut c = Command::new(first);
+                let mut c = tool(first);
                 c.args(rest).arg(BIN);
                 c
             }
@@ -315,13 +315,13 @@ impl Server {
 
     /// curl with our CA and `args`.
     pub fn curl(&self, args: &[&str]) -> Output {
-        let mut c = Command::new("curl");
+        let mut c = tool("curl");
         c.arg("--cacert")
             .arg(self.ca())
             .args(["-sS", "--max-time", "120"])
             .args(args);
         c.output()
-            .expect("run curl (install it: apt-get install curl)")
+            .expect("run curl (tests/install-packages.sh installs it)")
     }
 
     /// The HTTP status curl gets for `path`, with extra curl flags.
@@ -335,7 +335,7 @@ impl Server {
 
     /// SIGTERM; wait; return the exit status and the metrics report.
     pub fn stop(mut self) -> (std::process::ExitStatus, String) {
-        let _ = rustix_kill(self.child.id());
+        let _ = sigterm(self.child.id());
         let deadline = Instant::now() + Duration::from_secs(30);
         let status = loop {
             if let Some(s) = self.child.try_wait().unwrap() {
@@ -391,16 +391,28 @@ impl Drop for Server {
 static REST: Mutex<std::collections::BTreeMap<u16, std::sync::Arc<Mutex<String>>>> =
     Mutex::new(std::collections::BTreeMap::new());
 
-fn rustix_kill(pid: u32) -> std::io::Result<()> {
-    let st = Command::new("kill")
-        .arg("-TERM")
-        .arg(pid.to_string())
-        .status()?;
-    if st.success() {
-        Ok(())
-    } else {
-        Err(std::io::Error::other("kill failed"))
-    }
+fn sigterm(pid: u32) -> std::io::Result<()> {
+    let pid = rustix::process::Pid::from_raw(pid as i32).ok_or(std::io::ErrorKind::InvalidInput)?;
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM)?;
+    Ok(())
+}
+
+/// A program from `tests/packages.txt`, the one list the test command
+/// installs: a test that runs anything else fails here, on this machine,
+/// rather than on a fresh one where it was never installed.
+pub fn tool(program: &str) -> Command {
+    const LIST: &str = include_str!("../packages.txt");
+    let listed = LIST
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .flat_map(|l| l.split_whitespace().skip(2))
+        .any(|p| p == program);
+    assert!(
+        listed,
+        "tests run only programs listed in tests/packages.txt: add the package that \
+         provides {program:?} there (tests/install-packages.sh installs it)"
+    );
+    Command::new(program)
 }
 
 /// One step of an `openssl s_client` conversation.
@@ -426,7 +438,7 @@ pub fn s_client(
     steps: &[Step],
     limit: Duration,
 ) -> (String, String, bool) {
-    let mut child = Command::new("openssl")
+    let mut child = tool("openssl")
         .arg("s_client")
         .arg("-connect")
         .arg(format!("127.0.0.1:{port}"))
@@ -435,7 +447,7 @@ pub fn s_client(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("run openssl (install it: apt-get install openssl)");
+        .expect("run openssl (tests/install-packages.sh installs it)");
     let mut stdin = child.stdin.take().unwrap();
     let mut out = child.stdout.take().unwrap();
     let mut err = child.stderr.take().unwrap();

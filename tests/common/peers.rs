@@ -3,7 +3,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 /// A backend thread pool: one thread per connection running `handler`.
@@ -108,7 +108,7 @@ pub fn nginx_proxy_protocol() -> Peer {
         "daemon off;\nmaster_process off;\nerror_log {d}/error.log;\npid {d}/nginx.pid;\nevents {{ worker_connections 64; }}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};\n  server {{\n    listen 127.0.0.1:{port} proxy_protocol;\n    location / {{ default_type text/plain; return 200 \"$proxy_protocol_addr $proxy_protocol_port\\n\"; }}\n  }}\n}}\n"
     );
     std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
-    let child = Command::new("nginx")
+    let child = super::tool("nginx")
         .arg("-p")
         .arg(dir.path())
         .arg("-c")
@@ -116,7 +116,7 @@ pub fn nginx_proxy_protocol() -> Peer {
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
-        .expect("run nginx (apt-get install nginx)");
+        .expect("run nginx (tests/install-packages.sh installs it)");
     wait_for_port(port);
     Peer {
         child,
@@ -135,14 +135,14 @@ pub fn haproxy_accept_proxy() -> Peer {
     );
     let cfg = dir.path().join("haproxy.cfg");
     std::fs::write(&cfg, conf).unwrap();
-    let child = Command::new("haproxy")
+    let child = super::tool("haproxy")
         .arg("-db")
         .arg("-f")
         .arg(&cfg)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
-        .expect("run haproxy (apt-get install haproxy)");
+        .expect("run haproxy (tests/install-packages.sh installs it)");
     wait_for_port(port);
     Peer {
         child,

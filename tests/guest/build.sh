@@ -3,19 +3,25 @@
 # tlsfront against real kernel TLS (the host kernel has no CONFIG_TLS).
 #
 # Owns everything under ${TLSFRONT_GUEST_DIR:-<repo>/target/ktls-guest}:
-#   <kver>/linux-image-<kver>_*.deb   Debian's kernel package (apt-get download)
+#   <kver>/*.deb                      Debian's kernel packages (apt-get download)
 #   <kver>/vmlinux                    uncompressed ELF kernel (booted via PVH)
 #   <kver>/initramfs.cpio             busybox + kTLS/9p/overlay modules + /init
 #   <kver>/initramfs.stamp            hash of the inputs of initramfs.cpio
-#   current.env                       KVER/VMLINUX/INITRAMFS for run.sh
-#   kernel-pkg.cache                  resolved kernel package (per apt lists)
-# It also installs (apt-get) the host packages the harness needs: QEMU,
-# busybox-static, cpio, kmod, xz-utils, and nginx/curl/openssl that the
-# guest uses from the host root (tests/guest/nginx-reference.sh).
+#   current-<kernel>.env              KVER/VMLINUX/INITRAMFS for run.sh
+#   kernel-pkg-<kernel>.cache         resolved kernel package (per apt lists)
+#   apt-<suite>/                      private apt lists for a suite this host
+#                                     does not use (trixie-backports)
+# It also installs the host packages the harness needs (QEMU, busybox-static,
+# cpio, kmod, xz-utils, and the peers the guest uses from the host root)
+# from tests/packages.txt, through tests/install-packages.sh.
 #
 # Idempotent: a second run only re-checks and finishes in well under a second.
 # Environment:
 #   TLSFRONT_GUEST_DIR         cache directory (default <repo>/target/ktls-guest)
+#   TLSFRONT_GUEST_KERNEL      which kernel: bookworm (default: Debian 12's
+#                              6.1, no kTLS rekey) or trixie-backports
+#                              (Linux 7.x: TLS 1.3 rekey both ways), fetched
+#                              through a private sources list
 #   TLSFRONT_GUEST_KERNEL_PKG  kernel package to use instead of the one
 #                              linux-image-amd64 depends on
 # Usage: tests/guest/build.sh [--quiet]
@@ -26,6 +32,11 @@ exec 1>&2  # nothing of ours belongs on stdout (run.sh streams the guest there)
 script_dir=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
 repo_root=$(cd -- "$script_dir/../.." && pwd)
 guest_dir=${TLSFRONT_GUEST_DIR:-$repo_root/target/ktls-guest}
+kernel=${TLSFRONT_GUEST_KERNEL:-bookworm}
+case $kernel in
+  bookworm|trixie-backports) ;;
+  *) echo "build.sh: TLSFRONT_GUEST_KERNEL must be bookworm or trixie-backports, not '$kernel'" >&2; exit 2 ;;
+esac
 
 quiet=0
 case "${1:-}" in
@@ -43,56 +54,52 @@ die() { echo "build.sh: ERROR: $*" >&2; exit 1; }
 
 # Modules the guest needs: the shares/root first, then kernel TLS + crypto.
 required_modules=(virtio_pci 9pnet_virtio 9p overlay tls)
+# (6.1 and 7.x name the ChaCha20/Poly1305 pieces differently: each kernel
+# has some of these, and a missing optional one is only a warning.)
 optional_modules=(aesni_intel ghash_clmulni_intel gcm ccm ctr ghash_generic
   chacha20poly1305 chacha_x86_64 chacha_generic poly1305_x86_64
-  poly1305_generic)
+  poly1305_generic chacha libchacha libpoly1305 libchacha20poly1305)
 
 # ---------------------------------------------------------------- host tools
-# package:command pairs; a package is installed only if its command is missing.
-host_packages=(
-  qemu-system-x86:qemu-system-x86_64
-  busybox-static:busybox
-  cpio:cpio
-  kmod:depmod
-  xz-utils:xz
-  nginx-light:nginx
-  curl:curl
-  openssl:openssl
-  util-linux:flock
-)
-
+# QEMU, busybox-static, cpio, kmod, xz-utils, and the peers the guest runs
+# from the host root: all from the test command's one list.
 ensure_host_packages() {
-  local entry pkg cmd missing=()
-  for entry in "${host_packages[@]}"; do
-    pkg=${entry%%:*} cmd=${entry#*:}
-    if [[ $pkg == busybox-static ]]; then
-      # The dynamic `busybox` package also provides /bin/busybox.
-      dpkg-query -W -f='${Status}' busybox-static 2>/dev/null |
-        grep -q 'install ok installed' || missing+=("$pkg")
-    elif ! command -v "$cmd" >/dev/null 2>&1 && [[ ! -x /usr/sbin/$cmd && ! -x /sbin/$cmd ]]; then
-      missing+=("$pkg")
-    fi
-  done
-  ((${#missing[@]})) || return 0
-  [[ $(id -u) -eq 0 ]] || die "missing host packages (${missing[*]}); install them as root"
-  log "installing host packages: ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  if ! apt-get install -y --no-install-recommends "${missing[@]}"; then
-    log "apt-get install failed; running apt-get update and retrying"
-    apt-get update
-    apt-get install -y --no-install-recommends "${missing[@]}"
-  fi
+  "$repo_root/tests/install-packages.sh" >&2
 }
 
 # ---------------------------------------------------------------- kernel
+# apt-get/apt-cache for the chosen suite: the host's own set-up for
+# bookworm; for trixie-backports a private sources list and lists directory
+# under the cache, so the host's apt configuration is never touched.
+apt_opts=()
+if [[ $kernel == trixie-backports ]]; then
+  apt_dir=$guest_dir/apt-$kernel
+  apt_opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o Dir::Etc::sourceparts=-
+            -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache"
+            -o Dir::State::status=/dev/null)
+fi
+
+# The private lists are fetched once a day at most.
+refresh_private_lists() {
+  [[ $kernel != bookworm ]] || return 0
+  mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $kernel main" \
+    >"$apt_dir/sources.list"
+  if [[ -z $(find "$apt_dir/lists" -maxdepth 1 -name '*Packages*' -mtime -1 2>/dev/null) ]]; then
+    log "apt-get update ($kernel lists, private to $apt_dir)"
+    apt-get "${apt_opts[@]}" update -qq || die "apt-get update for $kernel failed"
+  fi
+}
+
 resolve_kernel_pkg() {
   if [[ -n ${TLSFRONT_GUEST_KERNEL_PKG:-} ]]; then
     echo "$TLSFRONT_GUEST_KERNEL_PKG"; return
   fi
   # apt-cache takes ~1 s here (no pkgcache.bin): remember its answer until
   # the package lists change.
-  local pkg lists_key cache=$guest_dir/kernel-pkg.cache
-  lists_key=$(stat -c %Y /var/lib/apt/lists 2>/dev/null || echo none)
+  local pkg lists_key cache=$guest_dir/kernel-pkg-$kernel.cache lists=/var/lib/apt/lists
+  [[ $kernel == bookworm ]] || lists=$apt_dir/lists
+  lists_key=$(stat -c %Y "$lists" 2>/dev/null || echo none)
   if [[ -f $cache ]]; then
     local key val
     read -r key val <"$cache" || true
@@ -100,28 +107,45 @@ resolve_kernel_pkg() {
       echo "$val"; return
     fi
   fi
-  pkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
+  pkg=$(apt-cache "${apt_opts[@]}" depends linux-image-amd64 2>/dev/null |
         sed -n 's/^ *Depends: *\(linux-image-[0-9][^ ]*-amd64\) *$/\1/p' | head -n1)
   if [[ -z $pkg ]]; then
-    pkg=$(apt-cache show linux-image-amd64 2>/dev/null |
+    pkg=$(apt-cache "${apt_opts[@]}" show linux-image-amd64 2>/dev/null |
           sed -n 's/^Depends:.*\(linux-image-[0-9][^ ,]*-amd64\).*/\1/p' | head -n1)
   fi
   [[ -z $pkg ]] || echo "$lists_key $pkg" >"$cache"
   echo "$pkg"
 }
 
-# Extracts the ELF vmlinux from a bzImage whose payload is XZ-compressed.
+# The packages that hold a kernel and its modules: one for 6.1; since 6.16
+# Debian splits them (linux-image-<kver> is an empty meta package).
+kernel_debs() {
+  local kver=$1
+  case $kernel in
+    bookworm) echo "linux-image-$kver" ;;
+    *) echo "linux-binary-$kver linux-modules-$kver linux-base-$kver" ;;
+  esac
+}
+
+# Extracts the ELF vmlinux from a bzImage whose payload is XZ- (6.1) or
+# zstd-compressed (7.x).
 extract_vmlinux() {
-  local bzimage=$1 out=$2 off
-  local -a offsets
-  mapfile -t offsets < <(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$bzimage" | cut -d: -f1)
-  ((${#offsets[@]})) || die "no XZ payload found in $bzimage"
-  for off in "${offsets[@]}"; do
-    tail -c "+$((off + 1))" "$bzimage" | xz -dc --single-stream >"$out.part" 2>/dev/null || true
-    if [[ -s $out.part && $(head -c4 "$out.part" | od -An -tx1 | tr -d ' \n') == 7f454c46 ]]; then
-      mv -f "$out.part" "$out"
-      return 0
-    fi
+  local bzimage=$1 out=$2 off magic
+  for magic in xz zstd; do
+    local -a offsets=() decompress=()
+    case $magic in
+      xz) mapfile -t offsets < <(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$bzimage" | cut -d: -f1)
+          decompress=(xz -dc --single-stream) ;;
+      zstd) mapfile -t offsets < <(LC_ALL=C grep -obUaP '\x28\xb5\x2f\xfd' "$bzimage" | cut -d: -f1)
+            decompress=(zstd -dcq) ;;
+    esac
+    for off in "${offsets[@]}"; do
+      tail -c "+$((off + 1))" "$bzimage" | "${decompress[@]}" >"$out.part" 2>/dev/null || true
+      if [[ -s $out.part && $(head -c4 "$out.part" | od -An -tx1 | tr -d ' \n') == 7f454c46 ]]; then
+        mv -f "$out.part" "$out"
+        return 0
+      fi
+    done
   done
   rm -f "$out.part"
   die "could not extract an ELF vmlinux from $bzimage"
@@ -188,8 +212,8 @@ mount -o bind /share "$R/run/tlsfront-guest" || die "bind share"
 ip link set lo up || say "WARNING: ip link set lo up failed"
 hostname tlsfront-guest 2>/dev/null
 missing=
-for m in tls gcm aesni_intel ghash_clmulni_intel chacha20poly1305 \
-         chacha_x86_64 poly1305_x86_64 ccm; do
+# The kTLS and cipher modules this kernel has (build.sh lists them).
+for m in $(cat /etc/ktls-modules); do
   modprobe "$m" 2>/dev/null || missing="$missing $m"
 done
 [ -z "$missing" ] || say "WARNING: could not load module(s):$missing"
@@ -211,8 +235,7 @@ INIT
 }
 
 build_initramfs() {
-  local kver=$1 tree=$2 out=$3 stamp_value=$4
-  local moddir=$tree/lib/modules/$kver
+  local kver=$1 moddir=$2 out=$3 stamp_value=$4
   [[ -d $moddir/kernel ]] || die "no modules in $moddir"
 
   local -A ko_path=() builtin=() seen=()
@@ -249,8 +272,12 @@ build_initramfs() {
     selected+=("${ko_path[$n]}")
   }
   local m
+  local -a ktls_modules=()
   for m in "${required_modules[@]}"; do resolve_module "$m" 1; done
-  for m in "${optional_modules[@]}"; do resolve_module "$m" 0; done
+  for m in "${optional_modules[@]}"; do
+    resolve_module "$m" 0
+    [[ -z ${ko_path[${m//-/_}]:-} ]] || ktls_modules+=("$m")
+  done
 
   local stage
   stage=$(mktemp -d "$guest_dir/.initramfs.XXXXXX")
@@ -281,6 +308,7 @@ build_initramfs() {
   done
   depmod -b "$stage" "$kver"
 
+  printf '%s\n' tls "${ktls_modules[@]}" >"$stage/etc/ktls-modules"
   init_script >"$stage/init"
   chmod 0755 "$stage/init"
   if [[ $(id -u) -eq 0 ]]; then
@@ -303,15 +331,17 @@ main() {
   mkdir -p "$guest_dir"
   exec 9>"$guest_dir/.lock"
   flock -w 1800 9 || die "timed out waiting for the lock on $guest_dir"
+  local envpath=$guest_dir/current-$kernel.env
+  refresh_private_lists
 
   local pkg kver kdir
   pkg=$(resolve_kernel_pkg)
   if [[ -z $pkg ]]; then
-    if [[ -f $guest_dir/current.env ]]; then
-      log "WARNING: cannot resolve linux-image-amd64's kernel; using the cached one"
+    if [[ -f $envpath ]]; then
+      log "WARNING: cannot resolve the $kernel kernel package; using the cached one"
       return 0
     fi
-    die "cannot resolve the kernel package linux-image-amd64 depends on (apt-get update?)"
+    die "cannot resolve the kernel package linux-image-amd64 depends on in $kernel (apt-get update?)"
   fi
   kver=${pkg#linux-image-}
   kdir=$guest_dir/$kver
@@ -329,28 +359,39 @@ main() {
   fi
 
   if ((need_kernel || need_initramfs)); then
-    local deb
-    deb=$(find "$kdir" -maxdepth 1 -name "${pkg}_*.deb" | head -n1)
-    if [[ -z $deb ]]; then
-      log "downloading $pkg"
-      (cd "$kdir" && apt-get download -o APT::Sandbox::User=root "$pkg") ||
-        die "apt-get download $pkg failed"
-      deb=$(find "$kdir" -maxdepth 1 -name "${pkg}_*.deb" | head -n1)
-      [[ -n $deb ]] || die "apt-get download produced no ${pkg}_*.deb"
-    fi
-    local tree
+    local tree deb p
     tree=$(mktemp -d "$guest_dir/.extract.XXXXXX")
     cleanup_paths+=("$tree")
-    log "extracting $(basename -- "$deb")"
-    dpkg-deb -x "$deb" "$tree"
-    [[ -d $tree/lib/modules/$kver ]] || die "$deb has no lib/modules/$kver"
+    for p in $(kernel_debs "$kver"); do
+      deb=$(find "$kdir" -maxdepth 1 -name "${p}_*.deb" | head -n1)
+      if [[ -z $deb ]]; then
+        log "downloading $p"
+        (cd "$kdir" && apt-get "${apt_opts[@]}" download -o APT::Sandbox::User=root "$p") ||
+          die "apt-get download $p failed"
+        deb=$(find "$kdir" -maxdepth 1 -name "${p}_*.deb" | head -n1)
+        [[ -n $deb ]] || die "apt-get download produced no ${p}_*.deb"
+      fi
+      log "extracting $(basename -- "$deb")"
+      dpkg-deb -x "$deb" "$tree"
+    done
+    # Modules under /lib (6.1) or /usr/lib (merged /usr, 7.x); the kernel
+    # in /boot or beside them.
+    local moddir vmlinuz
+    for moddir in "$tree/lib/modules/$kver" "$tree/usr/lib/modules/$kver" ""; do
+      [[ -z $moddir || ! -d $moddir/kernel ]] || break
+    done
+    [[ -n $moddir ]] || die "the $kver packages have no modules directory"
+    for vmlinuz in "$tree/boot/vmlinuz-$kver" "$moddir/vmlinuz" ""; do
+      [[ -z $vmlinuz || ! -f $vmlinuz ]] || break
+    done
+    [[ -n $vmlinuz ]] || die "the $kver packages have no vmlinuz"
     if ((need_kernel)); then
-      log "extracting vmlinux from vmlinuz-$kver"
-      extract_vmlinux "$tree/boot/vmlinuz-$kver" "$kdir/vmlinux"
+      log "extracting vmlinux from $(basename -- "$vmlinuz")"
+      extract_vmlinux "$vmlinuz" "$kdir/vmlinux"
     fi
     if ((need_initramfs)); then
       log "building initramfs"
-      build_initramfs "$kver" "$tree" "$kdir/initramfs.cpio" "$stamp_value"
+      build_initramfs "$kver" "$moddir" "$kdir/initramfs.cpio" "$stamp_value"
     fi
     rm -rf -- "$tree"
   fi
@@ -358,9 +399,9 @@ main() {
   local envfile
   envfile=$(printf 'KVER=%q\nVMLINUX=%q\nINITRAMFS=%q\n' \
             "$kver" "$kdir/vmlinux" "$kdir/initramfs.cpio")
-  if [[ ! -f $guest_dir/current.env || $(<"$guest_dir/current.env") != "$envfile" ]]; then
-    echo "$envfile" >"$guest_dir/current.env.part"
-    mv -f "$guest_dir/current.env.part" "$guest_dir/current.env"
+  if [[ ! -f $envpath || $(<"$envpath") != "$envfile" ]]; then
+    echo "$envfile" >"$envpath.part"
+    mv -f "$envpath.part" "$envpath"
   fi
   log "ready: kernel $kver in $kdir"
 }

@@ -2,7 +2,8 @@
 # tests/guest/run.sh — runs one command inside the QEMU kTLS test guest.
 #
 # Owns the guest's lifetime: builds/refreshes the cached kernel + initramfs
-# (tests/guest/build.sh), boots Debian's 6.1 kernel under TCG with the host
+# (tests/guest/build.sh), boots Debian's kernel (6.1, or 7.x with
+# TLSFRONT_GUEST_KERNEL=trixie-backports) under TCG with the host
 # root shared read-only (9p) below a tmpfs overlay, runs CMD there in the
 # caller's working directory, streams its output live to stdout, and exits
 # with CMD's exit code (carried back through a second, writable 9p share).
@@ -49,7 +50,7 @@ done
 
 "$script_dir/build.sh" --quiet || die "building the guest failed"
 # shellcheck source=/dev/null
-. "$guest_dir/current.env"
+. "$guest_dir/current-${TLSFRONT_GUEST_KERNEL:-bookworm}.env"
 [[ -s $VMLINUX && -s $INITRAMFS ]] || die "guest kernel/initramfs missing in $guest_dir"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tlsfront-guest.XXXXXX")
