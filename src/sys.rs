@@ -232,6 +232,21 @@ pub fn send_record(fd: BorrowedFd<'_>, record_type: u8, data: &[u8]) -> io::Resu
     }
 }
 
+/// Bytes a TCP socket's send queue holds that the peer has not acknowledged
+/// (`ioctl(SIOCOUTQ)`: sent and unsent alike).
+pub fn send_queued(fd: BorrowedFd<'_>) -> io::Result<usize> {
+    let mut queued: libc::c_int = 0;
+    // SAFETY: `fd` is a live socket for the borrow; SIOCOUTQ (the same
+    // number as TIOCOUTQ, which is how libc names it) writes one int
+    // through the pointer, which points at a live local.
+    let ret = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(queued.max(0) as usize)
+    }
+}
+
 /// Free bytes glibc's allocator holds in its arenas (`mallinfo2().fordblks`):
 /// memory the process keeps although nothing uses it. `None` off glibc.
 pub fn heap_free_bytes() -> Option<usize> {
@@ -245,6 +260,26 @@ pub fn heap_free_bytes() -> Option<usize> {
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
         None
+    }
+}
+
+/// Serve allocations of `bytes` and more with their own mappings, given
+/// back to the kernel when freed (`mallopt(M_MMAP_THRESHOLD)`; setting it
+/// also stops glibc from raising the threshold to the size of each such
+/// block freed, which would move them into the heap). Returns whether glibc
+/// took the setting.
+pub fn set_mmap_threshold(bytes: usize) -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let bytes = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+        // SAFETY: mallopt takes two integers and no pointers; it sets the
+        // allocator's own parameter under its locks.
+        unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, bytes) == 1 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        let _ = bytes;
+        false
     }
 }
 

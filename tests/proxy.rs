@@ -8,26 +8,8 @@ mod common;
 
 use common::peers::{self, backend};
 use common::*;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-fn client_config(ca: &std::path::Path) -> Arc<rustls::ClientConfig> {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
-        roots.add(c.unwrap()).unwrap();
-    }
-    Arc::new(
-        rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::aws_lc_rs::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth(),
-    )
-}
 
 /// One TLS session through the proxy: optional raw bytes before TLS (a
 /// PROXY header), then send `payload`, half-close with close_notify, and
@@ -448,6 +430,8 @@ fn key_update_from_the_client() {
     let server = Server::proxy(&echo, &[]);
     let stat = StatDelta::start();
     let ca = server.ca().display().to_string();
+    // `k`: a KeyUpdate; `K`: one that asks us to update our key too (then
+    // the echo comes back under our new key).
     let (out, err, by_itself) = s_client(
         server.port,
         &["-tls1_3", "-CAfile", &ca],
@@ -458,8 +442,12 @@ fn key_update_from_the_client() {
             Step::Sleep(500),
             Step::Send(b"second line\n"),
             Step::WaitFor("second line"),
+            Step::Send(b"K\n"),
+            Step::Sleep(500),
+            Step::Send(b"third line\n"),
+            Step::WaitFor("third line"),
         ],
-        Duration::from_secs(10),
+        Duration::from_secs(15),
     );
     assert!(
         err.contains("KEYUPDATE"),
@@ -475,6 +463,10 @@ fn key_update_from_the_client() {
         assert!(report.contains("keyupdate_unsupported 1"), "{report}");
     } else {
         assert!(out.contains("second line"), "{out}\n{err}");
+        assert!(out.contains("third line"), "{out}\n{err}");
+        if ktls_expected() {
+            assert_rekeyed(&stat);
+        }
     }
     assert_eq!(stat.delta("TlsDecryptError"), 0);
 }

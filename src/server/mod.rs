@@ -226,6 +226,10 @@ pub(crate) fn run<S: Service>(
     // Signal handlers first: once the port is announced, a supervisor may
     // send SIGTERM at any time, and it must mean "drain", not "die".
     let signals = Signals::install().map_err(StartError::Runtime)?;
+    // A connection's whole-chunk buffers (the user-space send queue) get
+    // their own mappings, so that the room a stalled connection gives back
+    // goes back to the kernel at once, not into the heap until a trim.
+    crate::sys::set_mmap_threshold(MMAP_THRESHOLD);
     let max_connections = connection_limit(front.max_connections, workers, S::FDS_PER_CONNECTION);
     // Wait for the ClientHello in the kernel as long as the handshake may take.
     let defer = front.timeouts.handshake.ceil() as u32;
@@ -386,6 +390,10 @@ impl Signals {
 /// glibc keeps what the workers freed: it returns only the top of each
 /// arena, and live blocks pin the rest. Measured: a proxy left at 160 MiB
 /// RSS with no connection open, 10 MiB after `malloc_trim`.
+/// Allocations this large or larger get their own mappings: glibc's initial
+/// threshold, fixed (left alone, glibc raises it past the send queue's size
+/// the first time such a buffer is freed).
+const MMAP_THRESHOLD: usize = 128 << 10;
 const HEAP_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
 const HEAP_SLACK: usize = 16 << 20;
 

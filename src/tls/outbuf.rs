@@ -57,6 +57,16 @@ impl OutBuf {
         }
     }
 
+    /// Keep only the storage the queued bytes need (a client that stopped
+    /// reading should not hold a whole chunk's worth of spare room).
+    pub fn shrink(&mut self) {
+        if self.buf.len() > 2 * self.len() {
+            self.buf = self.data().to_vec();
+            self.end -= self.start;
+            self.start = 0;
+        }
+    }
+
     /// Drop the storage if nothing is queued.
     pub fn release(&mut self) {
         if self.is_empty() {
@@ -96,7 +106,14 @@ mod tests {
         q.spare(cap - 3);
         assert_eq!(q.data(), b"cde");
         assert_eq!(q.buf.len(), cap);
-        q.consume(3);
+        q.spare(cap)[..4].copy_from_slice(b"fghi");
+        q.commit(4);
+        q.consume(2);
+        // Shrinks to what is queued, which stays as it was.
+        q.shrink();
+        assert_eq!(q.data(), b"efghi");
+        assert_eq!(q.buf.len(), 5);
+        q.consume(5);
         assert!(q.is_empty());
         q.release();
         assert_eq!(q.buf.len(), 0);

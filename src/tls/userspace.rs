@@ -5,7 +5,12 @@
 //! Reads pull whole TLS records from the socket into one buffer and decrypt
 //! them; writes encrypt straight into an output buffer sized for the data, so
 //! a file chunk is read once, encrypted once and written once. Buffers are
-//! dropped while the connection is idle.
+//! dropped while the connection is idle, and a client that stops reading
+//! leaves the connection holding little: file plaintext is staged in one
+//! buffer per thread, a file chunk is no larger than the room left in the
+//! socket's send buffer (so records are made about as fast as the socket
+//! takes them, not ahead of it), and after a moment without progress the
+//! output queue gives back its spare room.
 
 use super::handshake::{Handshaken, MAX_RECORD};
 use super::outbuf::OutBuf;
@@ -14,12 +19,26 @@ use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, EncryptError, UnbufferedStatus};
 use std::fs::File;
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 use tokio::net::TcpStream;
 
 /// Plaintext per write when sending a file: 8 full records.
 const FILE_CHUNK: usize = 8 * 16384;
+/// The smallest file chunk: one record, written even when the socket has
+/// less room (it takes it once the client reads on).
+const MIN_CHUNK: usize = 16384;
+/// How long a send may wait for the socket before the connection counts as
+/// a slow reader and gives back its output buffer's spare room.
+const SLOW_AFTER: Duration = Duration::from_secs(1);
+
+thread_local! {
+    /// Plaintext staging for file reads. One per thread, not per connection:
+    /// it is used only between a file read and its encryption, never across
+    /// an await, so a connection waiting on its client holds no plaintext.
+    static STAGING: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 /// First size of the receive buffer; it grows to a whole record on demand.
 const INITIAL_READ: usize = 4096;
 /// Largest receive buffer: four whole records, reached only while reads keep
@@ -43,8 +62,6 @@ pub struct UserTls {
     plain_pos: usize,
     /// Encrypted bytes not yet written.
     out: OutBuf,
-    /// Plaintext staging for file reads.
-    file_buf: Vec<u8>,
     /// A response head held back (`write_all(.., more: true)`) so that it
     /// shares its record, and its write, with the body that follows.
     corked: Vec<u8>,
@@ -81,7 +98,6 @@ impl UserTls {
             plain: hs.early_plaintext,
             plain_pos: 0,
             out: hs.pending_out,
-            file_buf: Vec::new(),
             corked: Vec::new(),
             tickets_held,
             streaming: false,
@@ -268,14 +284,41 @@ impl UserTls {
 
     // ---- Async helpers on top of the core.
 
+    /// Write all queued output. A client that takes nothing for
+    /// [`SLOW_AFTER`] counts as a slow reader: the queue gives back its
+    /// spare room while the wait goes on; past the send timeout (`stall`)
+    /// without progress, an error.
     async fn flush(&mut self) -> Result<(), TransportError> {
         while !self.try_flush()? {
-            match tokio::time::timeout(self.stall, self.sock.writable()).await {
+            let first = SLOW_AFTER.min(self.stall);
+            if let Ok(r) = tokio::time::timeout(first, self.sock.writable()).await {
+                r?;
+                continue;
+            }
+            self.out.shrink();
+            match tokio::time::timeout(self.stall - first, self.sock.writable()).await {
                 Ok(r) => r?,
                 Err(_) => return Err(TransportError::SendTimeout(self.stall)),
             }
         }
         Ok(())
+    }
+
+    /// Plaintext for the next file chunk: what the socket's send buffer has
+    /// room for, in whole records, between [`MIN_CHUNK`] and [`FILE_CHUNK`].
+    /// The kernel counts its buffer in memory (`sk_wmem_queued`), which runs
+    /// above the bytes queued by the buffers' own overhead (about a sixth on
+    /// loopback, seen at the point where writes stop): a quarter is allowed
+    /// for it. `sndbuf`: the buffer's size, read once per file.
+    fn file_chunk(&self, left: u64, sndbuf: usize) -> usize {
+        if left <= MIN_CHUNK as u64 {
+            return left as usize;
+        }
+        let queued = crate::sys::send_queued(self.sock.as_fd()).unwrap_or(0);
+        let room = sndbuf.saturating_sub(queued + queued / 4);
+        (room / MIN_CHUNK * MIN_CHUNK)
+            .clamp(MIN_CHUNK, FILE_CHUNK)
+            .min(left.min(FILE_CHUNK as u64) as usize)
     }
 
     /// Read more TLS bytes from the socket. `Ok(false)` on EOF.
@@ -371,32 +414,33 @@ impl Transport for UserTls {
         len: u64,
     ) -> Result<(), TransportError> {
         let end = offset + len;
-        // The corked head goes first, in the same record as the body start.
-        let mut head = self.corked.len();
-        let mut staging = std::mem::take(&mut self.file_buf);
-        let size = (head as u64 + len).min(FILE_CHUNK as u64) as usize;
-        if staging.len() < size {
-            staging.resize(size, 0);
-        }
-        staging[..head].copy_from_slice(&self.corked);
-        self.corked.clear();
-        let result = async {
-            while offset < end {
-                let want = ((end - offset) as usize).min(staging.len() - head);
+        let sndbuf = if len > MIN_CHUNK as u64 {
+            rustix::net::sockopt::socket_send_buffer_size(&self.sock).unwrap_or(FILE_CHUNK)
+        } else {
+            0
+        };
+        while offset < end {
+            let want = self.file_chunk(end - offset, sndbuf);
+            // The corked head goes first, in the same record as the body start.
+            let n = STAGING.with_borrow_mut(|staging| {
+                let head = self.corked.len();
+                let want = want.saturating_sub(head).max(1);
+                if staging.len() < head + want {
+                    staging.resize(FILE_CHUNK.max(head + want), 0);
+                }
+                staging[..head].copy_from_slice(&self.corked);
                 let n = file.read_at(&mut staging[head..head + want], offset)?;
                 if n == 0 {
                     return Err(TransportError::FileShrank);
                 }
+                self.corked.clear();
                 self.step(Want::Encrypt(&staging[..head + n]))?;
-                self.flush().await?;
-                offset += n as u64;
-                head = 0;
-            }
-            Ok(())
+                Ok(n)
+            })?;
+            offset += n as u64;
+            self.flush().await?;
         }
-        .await;
-        self.file_buf = staging;
-        result
+        Ok(())
     }
 
     async fn close(&mut self) -> Result<(), TransportError> {
@@ -425,7 +469,6 @@ impl Transport for UserTls {
             self.plain_pos = 0;
         }
         self.out.release();
-        self.file_buf = Vec::new();
         self.corked = Vec::new();
     }
 

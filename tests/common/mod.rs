@@ -136,6 +136,16 @@ pub fn tls_stat() -> HashMap<String, u64> {
 /// Kernel TLS counters around a piece of work.
 pub struct StatDelta(HashMap<String, u64>);
 
+/// On a kernel that rekeys: the client's two KeyUpdates (`k`, `K`) both
+/// gave the kernel a new receive key, and the one that asked for it (`K`)
+/// a new send key too.
+pub fn assert_rekeyed(stat: &StatDelta) {
+    assert_eq!(stat.delta("TlsRxRekeyOk"), 2, "TlsRxRekeyOk delta");
+    assert_eq!(stat.delta("TlsTxRekeyOk"), 1, "TlsTxRekeyOk delta");
+    assert_eq!(stat.delta("TlsRxRekeyError"), 0, "TlsRxRekeyError delta");
+    assert_eq!(stat.delta("TlsTxRekeyError"), 0, "TlsTxRekeyError delta");
+}
+
 impl StatDelta {
     pub fn start() -> Self {
         // Decide (and probe, which opens kTLS sockets) before measuring.
@@ -413,6 +423,24 @@ pub fn tool(program: &str) -> Command {
          provides {program:?} there (tests/install-packages.sh installs it)"
     );
     Command::new(program)
+}
+
+/// A rustls client that trusts `ca` (the server's self-signed certificate).
+pub fn client_config(ca: &std::path::Path) -> std::sync::Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    std::sync::Arc::new(
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    )
 }
 
 /// One step of an `openssl s_client` conversation.
