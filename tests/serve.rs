@@ -1127,6 +1127,41 @@ fn key_update_from_the_client() {
 }
 
 #[test]
+fn the_server_rekeys_before_a_key_reaches_its_record_limit() {
+    // A test-only limit of 16 records per key (the real ones are in the
+    // millions): a 1 MiB download (64 records) passes it several times.
+    let _g = serial();
+    let server = Server::start_with_env(&["TLSFRONT_TEST_RECORD_LIMIT=16"], &[]);
+    let stat = StatDelta::start();
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("body");
+    let out = server.curl(&[
+        "--tlsv1.3",
+        "-o",
+        body.to_str().unwrap(),
+        &server.url(&format!("/f{}.bin", 1 << 20)),
+    ]);
+    let got = std::fs::read(&body).unwrap_or_default();
+    let whole = sha256(&got) == sha256(&std::fs::read(file_path(1 << 20)).unwrap());
+    assert_eq!(stat.delta("TlsDecryptError"), 0);
+    if ktls_expected() && ktls_rekey() {
+        // TLS 1.3 on a kernel that rekeys: KeyUpdates, and the body intact.
+        assert!(out.status.success() && whole, "{out:?}");
+        let rekeys = stat.delta("TlsTxRekeyOk");
+        assert!(rekeys >= 4, "TlsTxRekeyOk delta {rekeys}");
+        assert_eq!(stat.delta("TlsTxRekeyError"), 0);
+    } else if ktls_expected() {
+        // No rekey in this kernel: the connection ends before the limit.
+        assert!(!out.status.success() && !whole, "{out:?}");
+        let (_, report) = server.stop();
+        assert!(report.contains("record_limit 1"), "{report}");
+    } else {
+        // User space: rustls keeps its own (real) limits.
+        assert!(out.status.success() && whole, "{out:?}");
+    }
+}
+
+#[test]
 fn sigterm_finishes_and_reports() {
     let server = Server::start(&[]);
     let out = server.curl(&[&server.url("/hello.txt")]);

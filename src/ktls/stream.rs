@@ -64,7 +64,7 @@ impl KtlsStream {
         stall: Duration,
     ) -> Self {
         let version = Version::from_rustls(kconn.protocol_version()).unwrap_or(Version::Tls13);
-        let limit = super::confidentiality_limit(kconn.negotiated_cipher_suite());
+        let limit = super::record_limit(kconn.negotiated_cipher_suite());
         KtlsStream {
             sock,
             kconn,
@@ -405,9 +405,16 @@ impl Transport for KtlsStream {
     ) -> Result<(), TransportError> {
         let end = offset + len;
         while offset < end {
+            // Room for at least two records under the current key (a
+            // rekey if need be), and no more in this call than the key may
+            // still protect: each call may end a record early (hence the
+            // extra one counted).
+            self.reserve_tx(2).await?;
+            let records = self.limit - self.tx_records - 1;
             // One sendfile call moves at most this much (nginx uses 2 MiB).
-            let chunk = (end - offset).min(8 << 20) as usize;
-            self.reserve_tx(records_for(chunk as u64) + 1).await?;
+            let chunk = (end - offset)
+                .min(8 << 20)
+                .min((records - 1) * MAX_FRAGMENT) as usize;
             self.writable().await?;
             let mut off = offset;
             match self.sock.try_io(Interest::WRITABLE, || {

@@ -209,6 +209,13 @@ impl Server {
         Server::spawn_via(&["prlimit", &limit, "--"], &["serve", &root], extra)
     }
 
+    /// Serve the fixture root with `NAME=VALUE` settings in the environment.
+    pub fn start_with_env(vars: &[&str], extra: &[&str]) -> Server {
+        let root = fixture().root.display().to_string();
+        let wrapper: Vec<&str> = std::iter::once("env").chain(vars.iter().copied()).collect();
+        Server::spawn_via(&wrapper, &["serve", &root], extra)
+    }
+
     /// `tlsfront proxy --backend BACKEND` with extra flags.
     pub fn proxy(backend: &str, extra: &[&str]) -> Server {
         Server::spawn(&["proxy", "--backend", backend], extra)
