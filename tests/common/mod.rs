@@ -179,6 +179,9 @@ pub struct Server {
     pub port: u16,
     pub data: tempfile::TempDir,
     pub startup: Vec<String>,
+    /// Everything the server wrote to stderr so far (its log); also
+    /// passed on to the test's stderr.
+    log: std::sync::Arc<Mutex<String>>,
 }
 
 impl Server {
@@ -262,8 +265,19 @@ impl Server {
         cmd.args(extra)
             .env("XDG_DATA_HOME", data.path())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("start tlsfront");
+        let log = std::sync::Arc::new(Mutex::new(String::new()));
+        let err = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("{line}");
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut startup = Vec::new();
         let mut port = 0;
@@ -302,6 +316,24 @@ impl Server {
             port,
             data,
             startup,
+            log,
+        }
+    }
+
+    /// The server's log (stderr) so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Wait (up to 20 s) until the log contains `text`; the log then.
+    pub fn wait_for_log(&self, text: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let log = self.log();
+            if log.contains(text) || Instant::now() > deadline {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
