@@ -78,6 +78,44 @@ fn errors_that_end_the_connection_end_it() {
     server.stop_and_check_path(conns);
 }
 
+/// A server error (500: here the server has no descriptor left to open the
+/// file with) ends the connection too.
+#[test]
+fn a_server_error_ends_the_connection() {
+    let server = Server::start(&["--workers", "1"]);
+    // Answered once: the worker and its descriptors are all set up.
+    kept_open(
+        &server,
+        "GET /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n",
+        false,
+        200,
+    );
+    // The lowest free descriptor number: a connection's socket takes it,
+    // and a limit just above it leaves none for the file.
+    let fd_dir = format!("/proc/{}/fd", server.pid());
+    let open: std::collections::HashSet<u64> = std::fs::read_dir(&fd_dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let free = (0..).find(|n| !open.contains(n)).unwrap();
+    let limit = format!("--nofile={0}:{0}", free + 1);
+    let st = std::process::Command::new("prlimit")
+        .arg(format!("--pid={}", server.pid()))
+        .arg(&limit)
+        .status()
+        .expect("run prlimit");
+    assert!(st.success(), "prlimit {limit} failed");
+    for method in ["GET", "HEAD"] {
+        let request = format!("{method} /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n");
+        let r = only_response(&server, &request, method == "HEAD");
+        assert_eq!(r.status, 500, "{r:?}");
+        assert!(r.closes(), "{r:?}");
+    }
+    let log = server.log();
+    assert!(log.contains("cannot open \"/hello.txt\""), "{log}");
+    server.stop_and_check_path(3);
+}
+
 /// Errors about the resource only: the connection carries on; a HEAD gets
 /// the head alone.
 #[test]
@@ -323,4 +361,21 @@ fn directory_redirect_keeps_the_query() {
         assert_eq!(r.header("Location"), Some(location), "{target}");
     }
     server.stop_and_check_path(4);
+}
+
+/// A body that stops short of its Content-Length: 408 when the request
+/// time runs out, then a close; never a close without a response.
+#[test]
+fn a_body_that_never_arrives_gets_408() {
+    let server = Server::start(&["--header-timeout", "1"]);
+    let (out, closed) = exchange(
+        server.port,
+        b"GET /hello.txt HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nab",
+    );
+    let r = split_responses(&out, &[false]);
+    assert!(closed, "{out}");
+    assert_eq!(r.len(), 1, "{out}");
+    assert_eq!(r[0].status, 408, "{out}");
+    assert!(r[0].closes(), "{out}");
+    server.stop_and_check_path(1);
 }
