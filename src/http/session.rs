@@ -214,31 +214,16 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
                 match head.body {
                     Body::None => {}
                     Body::Length(n) => {
-                        // Discard the body: from the buffer, then from the
-                        // stream (after `100 Continue` if the client waits
-                        // for it and has not sent it all).
-                        let in_buf = (n as usize).min(filled);
-                        buf.copy_within(in_buf..filled, 0);
-                        filled -= in_buf;
-                        let mut left = n - in_buf as u64;
-                        if left > 0 && head.expect == Expect::Continue {
-                            if let Err(e) = t.write_all(CONTINUE, false).await {
-                                return End::Abort(e);
+                        match discard_body(t, &mut buf, &mut filled, n, head.expect, deadline).await
+                        {
+                            Ok(BodyRead::Done) => {}
+                            Ok(BodyRead::Closed) => return End::Close,
+                            Ok(BodyRead::TimedOut) => {
+                                let mut reply = Reply::closing(head.method == Method::Head);
+                                let _ = send_page(t, cx, &mut out, &mut reply, 408, &[]).await;
+                                return End::Close;
                             }
-                        }
-                        let mut scratch = vec![0u8; 4096];
-                        while left > 0 {
-                            let want = (left as usize).min(scratch.len());
-                            match timeout_at(deadline, t.read(&mut scratch[..want])).await {
-                                Ok(Ok(0)) => return End::Close,
-                                Ok(Ok(k)) => left -= k as u64,
-                                Ok(Err(e)) => return End::Abort(e),
-                                Err(_) => {
-                                    let mut reply = Reply::closing(head.method == Method::Head);
-                                    let _ = send_page(t, cx, &mut out, &mut reply, 408, &[]).await;
-                                    return End::Close;
-                                }
-                            }
+                            Err(e) => return End::Abort(e),
                         }
                     }
                     // Chunked bodies are not read: answer, then close.
@@ -255,6 +240,46 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
             return End::Close;
         }
     }
+}
+
+/// How reading a request body ended.
+enum BodyRead {
+    Done,
+    /// The client closed before sending all of it.
+    Closed,
+    /// The request's time ran out first.
+    TimedOut,
+}
+
+/// Read and drop a body of `n` bytes: what is buffered (the bytes after it
+/// move to the front of `buf`), then from the stream, after `100 Continue`
+/// if the client waits for it and has not sent it all.
+async fn discard_body<T: Transport>(
+    t: &mut T,
+    buf: &mut [u8],
+    filled: &mut usize,
+    n: u64,
+    expect: Expect,
+    deadline: Instant,
+) -> Result<BodyRead, TransportError> {
+    let in_buf = (n as usize).min(*filled);
+    buf.copy_within(in_buf..*filled, 0);
+    *filled -= in_buf;
+    let mut left = n - in_buf as u64;
+    if left > 0 && expect == Expect::Continue {
+        t.write_all(CONTINUE, false).await?;
+    }
+    let mut scratch = vec![0u8; 4096];
+    while left > 0 {
+        let want = (left as usize).min(scratch.len());
+        match timeout_at(deadline, t.read(&mut scratch[..want])).await {
+            Ok(Ok(0)) => return Ok(BodyRead::Closed),
+            Ok(Ok(k)) => left -= k as u64,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Ok(BodyRead::TimedOut),
+        }
+    }
+    Ok(BodyRead::Done)
 }
 
 /// The interim response to `Expect: 100-continue`.
