@@ -298,12 +298,16 @@ fn other_version(
         return Err(RequestError::Bad("malformed request line"));
     }
     match version {
-        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', b'0'..=b'9'] => {
+        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', b'2'..=b'9'] => {
             // Parse a copy that says 1.1 (httparse cannot be told otherwise);
             // rare enough that the copy does not matter.
             let mut copy = buf.to_vec();
             copy[skip + line.len() - 1] = b'1';
             parse(&copy, limits)
+        }
+        // 1.0 and 1.1 are httparse's own: its complaint was elsewhere.
+        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', _] => {
+            Err(RequestError::Bad("malformed request line"))
         }
         [b'H', b'T', b'T', b'P', b'/', b'0'..=b'9', b'.', b'0'..=b'9'] => {
             Err(RequestError::Version)
