@@ -16,6 +16,7 @@ pub mod config;
 pub mod files;
 pub mod http;
 pub mod ktls;
+pub mod lograte;
 pub mod metrics;
 pub mod proxy;
 pub mod server;

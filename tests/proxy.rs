@@ -308,6 +308,39 @@ fn backend_down_gives_a_tls_close_not_a_hang() {
     assert!(report.contains("backend_refused 4"), "{report}");
 }
 
+/// An outage is logged when it starts (address and kind), once however
+/// many clients meet it, and the recovery when the backend answers again.
+#[test]
+fn backend_outage_and_recovery_are_logged() {
+    let port = peers::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let server = Server::proxy(&addr, &[]);
+    let rt = rt();
+    for _ in 0..3 {
+        let back = rt.block_on(read_until_close(server.port, &server.ca()));
+        assert_eq!(back.unwrap(), b"");
+    }
+    let failing = format!("backend {addr} failing: connection refused (backend_refused)");
+    let log = server.wait_for_log(&failing);
+    assert!(log.contains(&failing), "{log}");
+    // Three clients within the interval: one line.
+    assert_eq!(log.matches(&format!("backend {addr}")).count(), 1, "{log}");
+    // The backend comes up.
+    let l = std::net::TcpListener::bind(&addr).unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            std::thread::spawn(move || peers::echo(c));
+        }
+    });
+    let r = within(&rt, 20, session(server.port, &server.ca(), b"", b"ping"));
+    assert_eq!(r.expect("client hung").unwrap(), b"ping");
+    let up = format!("backend {addr} up again after 3 failed attempts");
+    let log = server.wait_for_log(&up);
+    assert!(log.contains(&up), "{log}");
+    let (_, report) = server.stop();
+    assert!(report.contains("backend_refused 3"), "{report}");
+}
+
 #[test]
 fn stuck_backend_exerts_backpressure_and_idle_timeout_closes() {
     let sink = backend(peers::sink).to_string();

@@ -776,6 +776,13 @@ fn client_abort_and_file_truncation_cost_only_that_connection() {
 
     let out = server.curl(&[&server.url("/small.txt")]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "still here\n");
+    // The operator is told which file, not only a counter.
+    let line = format!(
+        "{} shrank while being sent",
+        big.canonicalize().unwrap().display()
+    );
+    let log = server.wait_for_log(&line);
+    assert!(log.contains(&line), "{log}");
     let (status, report) = server.stop();
     assert!(status.success());
     // At least the truncated download (an aborted one still draining may

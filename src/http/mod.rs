@@ -24,7 +24,7 @@ mod no_panic_tests {
         let len = (next() as usize) % max;
         // Bias towards the bytes HTTP cares about.
         const ALPHABET: &[u8] =
-            b"GET HEAD/ .%2e5c0:-,=\r\nHTTP/1.1Host:Range:bytes=If-None-Match\"W/*\\\x00\xff";
+            b"GET HEAD/ .%2e5c0:-,=\r\nHTTP/1.1Host:Range:bytes=If-None-Match\"W/*\\\x00\xff?#@[]https://Expect:100-continue";
         (0..len)
             .map(|_| {
                 let r = next();
@@ -50,7 +50,13 @@ mod no_panic_tests {
             if let Ok(Some(h)) = super::request::parse(&b, &limits) {
                 assert!(h.head_len <= b.len());
             }
+            let _ = super::request::names_head(&b);
+            if let Ok(h) = super::request::parse_host(&b) {
+                assert!(!h.contains(['/', ' ', '@']) && !h.contains(".."), "{h:?}");
+                assert_eq!(h, h.to_ascii_lowercase());
+            }
             let s = String::from_utf8_lossy(&b);
+            let _ = super::path::query(&s);
             if let Ok(p) = super::path::normalize(&s) {
                 assert!(p
                     .segments()

@@ -98,22 +98,13 @@ impl NormPath {
     }
 }
 
-/// Normalise a request-target (origin-form, or absolute-form whose path is
-/// taken).
+/// Normalise an origin-form request-target (absolute-form was turned into
+/// origin-form by `request::parse`).
 pub fn normalize(target: &str) -> Result<NormPath, PathError> {
-    let path = if target.starts_with('/') {
-        target
-    } else if let Some(rest) = target
-        .strip_prefix("https://")
-        .or_else(|| target.strip_prefix("http://"))
-    {
-        match rest.find('/') {
-            Some(i) => &rest[i..],
-            None => "/",
-        }
-    } else {
+    if !target.starts_with('/') {
         return Err(PathError::NotAbsolute);
-    };
+    }
+    let path = target;
     let path = path.split(['?', '#']).next().unwrap_or("");
     let decoded = decode(path.as_bytes())?;
     if decoded.contains(&0) {
@@ -161,6 +152,12 @@ pub fn normalize(target: &str) -> Result<NormPath, PathError> {
     })
 }
 
+/// The query of an origin-form target (after `?`, before any `#`), if any.
+pub fn query(target: &str) -> Option<&str> {
+    let before_fragment = target.split('#').next().unwrap_or(target);
+    before_fragment.split_once('?').map(|(_, q)| q)
+}
+
 fn decode(input: &[u8]) -> Result<Vec<u8>, PathError> {
     let hex = |b: u8| match b {
         b'0'..=b'9' => Some(b - b'0'),
@@ -203,7 +200,6 @@ mod tests {
         assert_eq!(rel("/a/./b/../c").unwrap(), "a/c");
         assert_eq!(rel("//a///b").unwrap(), "a/b");
         assert_eq!(rel("/a%20b").unwrap(), "a b");
-        assert_eq!(rel("https://h:1/x/y").unwrap(), "x/y");
         assert_eq!(rel("/a/b/../../c/./d/").unwrap(), "c/d");
         assert_eq!(rel("/abc/../abc").unwrap(), "abc");
         assert_eq!(rel("/a/bb/ccc/..").unwrap(), "a/bb");
@@ -230,6 +226,16 @@ mod tests {
         assert_eq!(rel("/a%2"), Err(PathError::BadEncoding));
         assert_eq!(rel("a/b"), Err(PathError::NotAbsolute));
         assert_eq!(rel("*"), Err(PathError::NotAbsolute));
+        assert_eq!(rel("https://h/x"), Err(PathError::NotAbsolute));
+    }
+
+    #[test]
+    fn queries() {
+        assert_eq!(query("/a"), None);
+        assert_eq!(query("/a?"), Some(""));
+        assert_eq!(query("/a?b=1&c=/d?e"), Some("b=1&c=/d?e"));
+        assert_eq!(query("/a?b#c"), Some("b"));
+        assert_eq!(query("/a#c?d"), None);
     }
 
     #[test]

@@ -33,7 +33,10 @@ pub fn parse(header: &str, size: u64) -> RangeResult {
         // "-N": the last N bytes.
         (true, false) => match num(last) {
             Some(0) => RangeResult::Unsatisfiable,
-            Some(_) if size == 0 => RangeResult::Unsatisfiable,
+            // The last N bytes of nothing: all of it, i.e. an empty 200
+            // (RFC 9110 14.1.1: a suffix range is satisfiable on an empty
+            // representation).
+            Some(_) if size == 0 => RangeResult::Full,
             Some(n) => RangeResult::Partial {
                 start: size.saturating_sub(n),
                 end: size - 1,
@@ -84,7 +87,9 @@ mod tests {
         assert_eq!(parse("bytes=10-20", 10), Unsatisfiable);
         assert_eq!(parse("bytes=-0", 10), Unsatisfiable);
         assert_eq!(parse("bytes=0-", 0), Unsatisfiable);
-        assert_eq!(parse("bytes=-5", 0), Unsatisfiable);
+        assert_eq!(parse("bytes=-5", 0), Full);
+        assert_eq!(parse("bytes=-0", 0), Unsatisfiable);
+        assert_eq!(parse("bytes=0-0", 0), Unsatisfiable);
         assert_eq!(parse("bytes=5-2", 10), Full);
         assert_eq!(parse("bytes=0-1,3-4", 10), Full);
         assert_eq!(parse("items=0-1", 10), Full);

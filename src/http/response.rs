@@ -1,6 +1,7 @@
 //! Response heads and the small built-in error pages. A head is written
 //! straight into the connection's reusable buffer: no allocation per
-//! response.
+//! response. Every head is started by a [`Reply`], the one place that
+//! decides whether the connection stays open and whether a body follows.
 
 use super::conditional::LAST_HTTP_DATE;
 use std::cell::RefCell;
@@ -28,6 +29,7 @@ pub fn reason(status: u16) -> &'static str {
         405 => "Method Not Allowed",
         408 => "Request Timeout",
         412 => "Precondition Failed",
+        417 => "Expectation Failed",
         413 => "Content Too Large",
         414 => "URI Too Long",
         416 => "Range Not Satisfiable",
@@ -93,18 +95,76 @@ thread_local! {
     static DATE: RefCell<DateCache> = RefCell::new(DateCache::default());
 }
 
+/// How the response to one request is framed. The `Connection` header a
+/// head states and whether the session reads another request both come
+/// from [`Reply::keep_alive`], fixed when the head is started, so they
+/// cannot disagree; and a response to HEAD never carries a body.
+#[derive(Debug)]
+pub struct Reply {
+    minor: u8,
+    head_only: bool,
+    reusable: bool,
+    keep_alive: bool,
+}
+
+impl Reply {
+    /// `minor`: the request's HTTP/1.x version; `head_only`: a HEAD
+    /// request; `reusable`: the client asked to keep the connection, the
+    /// limits allow another request, and the stream is in step with us.
+    pub fn new(minor: u8, head_only: bool, reusable: bool) -> Reply {
+        Reply {
+            minor,
+            head_only,
+            reusable,
+            keep_alive: false,
+        }
+    }
+
+    /// For a request that could not be parsed or read to its end: the
+    /// connection closes whatever the status.
+    pub fn closing(head_only: bool) -> Reply {
+        Reply::new(1, head_only, false)
+    }
+
+    /// The stream is out of step (a body left unread): close after this.
+    pub fn stream_unusable(&mut self) {
+        self.reusable = false;
+    }
+
+    /// Whether the response may have a body (not for HEAD).
+    pub fn with_body(&self) -> bool {
+        !self.head_only
+    }
+
+    /// What the head said: the connection carries another request.
+    pub fn keep_alive(&self) -> bool {
+        self.keep_alive
+    }
+
+    /// Start the response head: status line, `Server` and `Date`. Decides
+    /// the connection's fate from the status.
+    pub fn start<'a>(&mut self, out: &'a mut Vec<u8>, status: u16) -> Head<'a> {
+        self.keep_alive = self.reusable && !ends_connection(status);
+        DATE.with(|d| Head::with_date(out, status, d.borrow_mut().now(), self))
+    }
+}
+
+/// Statuses after which no further request is read: the request could not
+/// be understood, so where the next one starts is unknown (400, 414, 431,
+/// 505), it was not read to its end (408, 413), or the server failed (5xx).
+fn ends_connection(status: u16) -> bool {
+    matches!(status, 400 | 408 | 413 | 414 | 431) || status >= 500
+}
+
 /// Writes a response head into a reusable buffer.
 pub struct Head<'a> {
     out: &'a mut Vec<u8>,
+    keep_alive: bool,
+    minor: u8,
 }
 
 impl<'a> Head<'a> {
-    /// Start a head: status line, `Server` and `Date` (this second's).
-    pub fn new(out: &'a mut Vec<u8>, status: u16) -> Self {
-        DATE.with(|d| Self::with_date(out, status, d.borrow_mut().now()))
-    }
-
-    fn with_date(out: &'a mut Vec<u8>, status: u16, date: &str) -> Self {
+    fn with_date(out: &'a mut Vec<u8>, status: u16, date: &str, reply: &Reply) -> Self {
         out.clear();
         out.extend_from_slice(b"HTTP/1.1 ");
         out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
@@ -113,7 +173,11 @@ impl<'a> Head<'a> {
         out.extend_from_slice(AFTER_STATUS.as_bytes());
         out.extend_from_slice(date.as_bytes());
         out.extend_from_slice(b"\r\n");
-        Head { out }
+        Head {
+            out,
+            keep_alive: reply.keep_alive,
+            minor: reply.minor,
+        }
     }
 
     pub fn header(&mut self, name: &str, value: &str) -> &mut Self {
@@ -136,16 +200,16 @@ impl<'a> Head<'a> {
         DATE.with(|d| self.header(name, d.borrow_mut().date(t)))
     }
 
-    /// Finish with `Content-Length` (if any) and the connection decision,
-    /// stated for the request's HTTP version.
-    pub fn finish(self, content_length: Option<u64>, keep_alive: bool, minor: u8) {
+    /// Finish with `Content-Length` (if any) and the connection decision
+    /// of the [`Reply`], stated for the request's HTTP version.
+    pub fn finish(self, content_length: Option<u64>) {
         if let Some(n) = content_length {
             self.out.extend_from_slice(b"Content-Length: ");
             self.out
                 .extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
             self.out.extend_from_slice(b"\r\n");
         }
-        match (keep_alive, minor) {
+        match (self.keep_alive, self.minor) {
             (false, _) => {
                 self.out.extend_from_slice(b"Connection: close\r\n");
             }
@@ -173,11 +237,12 @@ mod tests {
     #[test]
     fn head_layout() {
         let mut out = Vec::new();
-        let mut h = Head::with_date(&mut out, 404, "Sat, 21 Nov 2026 00:00:00 GMT");
+        let reply = Reply::new(1, false, false);
+        let mut h = Head::with_date(&mut out, 404, "Sat, 21 Nov 2026 00:00:00 GMT", &reply);
         h.header("Content-Type", "text/html")
             .header("X-Test", "a\r\nInjected: yes")
             .header_date("Last-Modified", SystemTime::UNIX_EPOCH);
-        h.finish(Some(3), false, 1);
+        h.finish(Some(3));
         let s = String::from_utf8(out).unwrap();
         assert!(s.starts_with("HTTP/1.1 404 Not Found\r\nServer: tlsfront/"));
         assert!(s.contains("\r\nDate: Sat, 21 Nov 2026 00:00:00 GMT\r\n"));
@@ -188,10 +253,41 @@ mod tests {
         ));
         // A second head in the same buffer replaces the first.
         let mut out = s.into_bytes();
-        Head::new(&mut out, 200).finish(None, true, 1);
+        Reply::new(1, false, true).start(&mut out, 200).finish(None);
         let s = String::from_utf8(out).unwrap();
         assert!(s.starts_with("HTTP/1.1 200 OK\r\n"), "{s}");
         assert!(s.ends_with("GMT\r\n\r\n") && !s.contains("404"), "{s}");
+    }
+
+    #[test]
+    fn the_head_and_the_session_agree_on_the_connection() {
+        let mut out = Vec::new();
+        for (minor, reusable, status, keep, line) in [
+            (1, true, 200, true, None),
+            (1, true, 404, true, None),
+            (1, true, 416, true, None),
+            (1, true, 400, false, Some("Connection: close")),
+            (1, true, 413, false, Some("Connection: close")),
+            (1, true, 500, false, Some("Connection: close")),
+            (1, true, 505, false, Some("Connection: close")),
+            (1, false, 200, false, Some("Connection: close")),
+            (0, true, 200, true, Some("Connection: keep-alive")),
+            (0, true, 400, false, Some("Connection: close")),
+        ] {
+            let mut r = Reply::new(minor, false, reusable);
+            r.start(&mut out, status).finish(Some(0));
+            let s = String::from_utf8_lossy(&out);
+            assert_eq!(r.keep_alive(), keep, "{status} {s}");
+            assert_eq!(s.contains("Connection:"), line.is_some(), "{s}");
+            if let Some(line) = line {
+                assert!(s.contains(line), "{s}");
+            }
+        }
+        let mut r = Reply::new(1, true, true);
+        r.stream_unusable();
+        r.start(&mut out, 404).finish(None);
+        assert!(!r.keep_alive() && !r.with_body());
+        assert!(!Reply::closing(false).keep_alive());
     }
 
     #[test]

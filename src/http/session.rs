@@ -8,11 +8,12 @@
 use super::conditional::{self, Outcome};
 use super::path;
 use super::range::{self, RangeResult};
-use super::request::{self, Body, HeadLimits, Method, RequestHead};
-use super::response::{error_page, Head};
+use super::request::{self, Body, Expect, HeadLimits, Method, RequestHead};
+use super::response::{error_page, Reply};
 use crate::config::{secs, ServeConfig};
 use crate::files::DocRoot;
 use crate::files::{FileError, Lookup, OpenFile};
+use crate::lograte::LogLimit;
 use crate::server::timer::{timeout, timeout_at};
 use crate::server::{ConnInfo, Front, Service, StartError, Tls};
 use crate::transport::{close_and_linger, Transport, TransportError};
@@ -33,6 +34,8 @@ const IDLE_GRACE: Duration = Duration::from_millis(50);
 pub struct StaticFiles {
     root: DocRoot,
     cfg: ServeConfig,
+    /// Warnings that a flood of requests could repeat.
+    log: LogLimit,
 }
 
 /// Run `tlsfront serve` until SIGTERM/SIGINT.
@@ -48,7 +51,11 @@ pub fn run(cfg: ServeConfig) -> Result<(), StartError> {
     let root = DocRoot::open(&cfg.root, cfg.follow_symlinks_outside, cfg.autoindex)?;
     let (listen, workers) = (cfg.listen.clone(), cfg.workers);
     let shown = root.path().display().to_string();
-    let svc = Arc::new(StaticFiles { root, cfg });
+    let svc = Arc::new(StaticFiles {
+        root,
+        cfg,
+        log: LogLimit::new(crate::lograte::EVERY),
+    });
     crate::server::run(front, svc, &listen, workers, |a| {
         format!(
             "serving {shown} on https://{a}/ with {workers} worker{}",
@@ -164,7 +171,8 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
             match timeout_at(deadline, t.read(&mut buf[filled..])).await {
                 Err(_) => {
                     if filled > 0 {
-                        let _ = respond_error(t, cx, &mut out, 408, 1, false).await;
+                        let mut reply = Reply::closing(request::names_head(&buf[..filled]));
+                        let _ = send_page(t, cx, &mut out, &mut reply, 408, &[]).await;
                     }
                     return End::Close;
                 }
@@ -177,7 +185,8 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
             Ok(h) => h,
             Err(e) => {
                 tracing::debug!("bad request: {e}");
-                return match respond_error(t, cx, &mut out, e.status(), 1, false).await {
+                let mut reply = Reply::closing(request::names_head(&buf[..filled]));
+                return match send_page(t, cx, &mut out, &mut reply, e.status(), &[]).await {
                     Ok(()) => End::Close,
                     Err(e) => End::Abort(e),
                 };
@@ -186,78 +195,132 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
         buf.copy_within(head.head_len..filled, 0);
         filled -= head.head_len;
 
-        let mut keep_alive =
-            head.keep_alive && served + 1 < cfg.limits.keepalive_requests && !*stop.borrow();
-        match head.body {
-            Body::None => {}
-            Body::Length(n) if n <= cfg.limits.body => {
-                // Discard the body: from the buffer, then from the stream.
-                let in_buf = (n as usize).min(filled);
-                buf.copy_within(in_buf..filled, 0);
-                filled -= in_buf;
-                let mut left = n - in_buf as u64;
-                let mut scratch = vec![0u8; 4096];
-                while left > 0 {
-                    let want = (left as usize).min(scratch.len());
-                    match timeout_at(deadline, t.read(&mut scratch[..want])).await {
-                        Ok(Ok(0)) | Err(_) => return End::Close,
-                        Ok(Ok(k)) => left -= k as u64,
-                        Ok(Err(e)) => return End::Abort(e),
-                    }
+        let mut reply = Reply::new(
+            head.minor,
+            head.method == Method::Head,
+            head.keep_alive && served + 1 < cfg.limits.keepalive_requests && !*stop.borrow(),
+        );
+        let result = match refusal(&head, cfg.limits.body) {
+            Some((status, extra)) => {
+                // Refused before its body is read (a client waiting for
+                // `100 Continue` is answered at once); the body, unread,
+                // leaves the stream out of step.
+                if head.body != Body::None {
+                    reply.stream_unusable();
                 }
+                send_page(t, cx, &mut out, &mut reply, status, extra).await
             }
-            Body::Length(_) => {
-                return match respond_error(t, cx, &mut out, 413, head.minor, false).await {
-                    Ok(()) => End::Close,
-                    Err(e) => End::Abort(e),
-                };
+            None => {
+                match head.body {
+                    Body::None => {}
+                    Body::Length(n) => {
+                        match discard_body(t, &mut buf, &mut filled, n, head.expect, deadline).await
+                        {
+                            Ok(BodyRead::Done) => {}
+                            Ok(BodyRead::Closed) => return End::Close,
+                            Ok(BodyRead::TimedOut) => {
+                                let mut reply = Reply::closing(head.method == Method::Head);
+                                let _ = send_page(t, cx, &mut out, &mut reply, 408, &[]).await;
+                                return End::Close;
+                            }
+                            Err(e) => return End::Abort(e),
+                        }
+                    }
+                    // Chunked bodies are not read: answer, then close.
+                    Body::Chunked => reply.stream_unusable(),
+                }
+                respond(t, cx, &head, &mut reply, &mut out).await
             }
-            // We do not read chunked bodies: answer, then close.
-            Body::Chunked => keep_alive = false,
-        }
-
-        if let Err(e) = respond(t, cx, &head, keep_alive, &mut out).await {
+        };
+        if let Err(e) = result {
             return End::Abort(e);
         }
         served += 1;
-        if !keep_alive {
+        if !reply.keep_alive() {
             return End::Close;
         }
     }
 }
 
-async fn respond_error<T: Transport>(
+/// How reading a request body ended.
+enum BodyRead {
+    Done,
+    /// The client closed before sending all of it.
+    Closed,
+    /// The request's time ran out first.
+    TimedOut,
+}
+
+/// Read and drop a body of `n` bytes: what is buffered (the bytes after it
+/// move to the front of `buf`), then from the stream, after `100 Continue`
+/// if the client waits for it and has not sent it all.
+async fn discard_body<T: Transport>(
     t: &mut T,
-    cx: &Ctx<'_>,
-    out: &mut Vec<u8>,
-    status: u16,
-    minor: u8,
-    keep_alive: bool,
-) -> Result<(), TransportError> {
-    send_page(t, cx, out, status, minor, keep_alive, true, &[]).await
+    buf: &mut [u8],
+    filled: &mut usize,
+    n: u64,
+    expect: Expect,
+    deadline: Instant,
+) -> Result<BodyRead, TransportError> {
+    let in_buf = (n as usize).min(*filled);
+    buf.copy_within(in_buf..*filled, 0);
+    *filled -= in_buf;
+    let mut left = n - in_buf as u64;
+    if left > 0 && expect == Expect::Continue {
+        t.write_all(CONTINUE, false).await?;
+    }
+    let mut scratch = vec![0u8; 4096];
+    while left > 0 {
+        let want = (left as usize).min(scratch.len());
+        match timeout_at(deadline, t.read(&mut scratch[..want])).await {
+            Ok(Ok(0)) => return Ok(BodyRead::Closed),
+            Ok(Ok(k)) => left -= k as u64,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Ok(BodyRead::TimedOut),
+        }
+    }
+    Ok(BodyRead::Done)
+}
+
+/// The interim response to `Expect: 100-continue`.
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// A request refused whatever its target, so before its body is read: an
+/// expectation we cannot meet (417), a method we do not serve (405), a body
+/// over the limit (413).
+fn refusal(
+    head: &RequestHead,
+    body_limit: u64,
+) -> Option<(u16, &'static [(&'static str, &'static str)])> {
+    if head.expect == Expect::Unsupported {
+        Some((417, &[]))
+    } else if head.method == Method::Other {
+        Some((405, &[("Allow", "GET, HEAD")]))
+    } else if matches!(head.body, Body::Length(n) if n > body_limit) {
+        Some((413, &[]))
+    } else {
+        None
+    }
 }
 
 /// A small HTML page (errors, redirects) with optional extra headers.
-#[allow(clippy::too_many_arguments)]
 async fn send_page<T: Transport>(
     t: &mut T,
     cx: &Ctx<'_>,
     out: &mut Vec<u8>,
+    reply: &mut Reply,
     status: u16,
-    minor: u8,
-    keep_alive: bool,
-    with_body: bool,
     extra: &[(&str, &str)],
 ) -> Result<(), TransportError> {
     cx.front.metrics.status(status);
     let body = error_page(status);
-    let mut h = Head::new(out, status);
+    let mut h = reply.start(out, status);
     h.header("Content-Type", "text/html; charset=utf-8");
     for (k, v) in extra {
         h.header(k, v);
     }
-    h.finish(Some(body.len() as u64), keep_alive, minor);
-    if with_body {
+    h.finish(Some(body.len() as u64));
+    if reply.with_body() {
         out.extend_from_slice(body.as_bytes());
     }
     cx.front.metrics.bytes(t.path(), out.len() as u64);
@@ -268,29 +331,14 @@ async fn respond<T: Transport>(
     t: &mut T,
     cx: &Ctx<'_>,
     req: &RequestHead,
-    keep_alive: bool,
+    reply: &mut Reply,
     out: &mut Vec<u8>,
 ) -> Result<(), TransportError> {
-    let is_head = req.method == Method::Head;
-    let minor = req.minor;
-    if req.method == Method::Other {
-        return send_page(
-            t,
-            cx,
-            out,
-            405,
-            minor,
-            keep_alive,
-            !is_head,
-            &[("Allow", "GET, HEAD")],
-        )
-        .await;
-    }
     let norm = match path::normalize(&req.target) {
         Ok(p) => p,
         Err(e) => {
             tracing::debug!("refused path {:?}: {e}", req.target);
-            return send_page(t, cx, out, 400, minor, false, true, &[]).await;
+            return send_page(t, cx, out, reply, 400, &[]).await;
         }
     };
     match cx.files.root.lookup(&norm) {
@@ -298,34 +346,28 @@ async fn respond<T: Transport>(
             if let FileError::Io(err) = &e {
                 tracing::warn!("cannot open {:?}: {err}", req.target);
             }
-            let ka = keep_alive && e.status() < 500;
-            send_page(t, cx, out, e.status(), minor, ka, !is_head, &[]).await
+            send_page(t, cx, out, reply, e.status(), &[]).await
         }
-        Ok(Lookup::Redirect(url)) => {
-            send_page(
-                t,
-                cx,
-                out,
-                301,
-                minor,
-                keep_alive,
-                !is_head,
-                &[("Location", &url)],
-            )
-            .await
+        Ok(Lookup::Redirect(mut url)) => {
+            // The query goes along, as nginx does.
+            if let Some(q) = path::query(&req.target) {
+                url.push('?');
+                url.push_str(q);
+            }
+            send_page(t, cx, out, reply, 301, &[("Location", &url)]).await
         }
         Ok(Lookup::Listing(html)) => {
             cx.front.metrics.status(200);
-            let mut h = Head::new(out, 200);
+            let mut h = reply.start(out, 200);
             h.header("Content-Type", "text/html; charset=utf-8");
-            h.finish(Some(html.len() as u64), keep_alive, minor);
-            if !is_head {
+            h.finish(Some(html.len() as u64));
+            if reply.with_body() {
                 out.extend_from_slice(html.as_bytes());
             }
             cx.front.metrics.bytes(t.path(), out.len() as u64);
             t.write_all(out, false).await
         }
-        Ok(Lookup::File(f)) => send_file(t, cx, req, keep_alive, out, f).await,
+        Ok(Lookup::File(f)) => send_file(t, cx, req, reply, out, f, &norm).await,
     }
 }
 
@@ -333,24 +375,24 @@ async fn send_file<T: Transport>(
     t: &mut T,
     cx: &Ctx<'_>,
     req: &RequestHead,
-    keep_alive: bool,
+    reply: &mut Reply,
     out: &mut Vec<u8>,
     f: OpenFile,
+    norm: &path::NormPath,
 ) -> Result<(), TransportError> {
-    let is_head = req.method == Method::Head;
     let v = &f.validators;
     match conditional::evaluate(req, v) {
         Outcome::Proceed => {}
         Outcome::NotModified => {
             cx.front.metrics.status(304);
-            let mut h = Head::new(out, 304);
+            let mut h = reply.start(out, 304);
             h.header_date("Last-Modified", v.modified)
                 .header("ETag", v.etag.as_str());
-            h.finish(None, keep_alive, req.minor);
+            h.finish(None);
             return t.write_all(out, false).await;
         }
         Outcome::PreconditionFailed => {
-            return send_page(t, cx, out, 412, req.minor, keep_alive, !is_head, &[]).await;
+            return send_page(t, cx, out, reply, 412, &[]).await;
         }
     }
     let range = match &req.range {
@@ -362,21 +404,11 @@ async fn send_file<T: Transport>(
         RangeResult::Partial { start, end } => (206, start, end - start + 1),
         RangeResult::Unsatisfiable => {
             let cr = format!("bytes */{}", f.size);
-            return send_page(
-                t,
-                cx,
-                out,
-                416,
-                req.minor,
-                keep_alive,
-                !is_head,
-                &[("Content-Range", &cr)],
-            )
-            .await;
+            return send_page(t, cx, out, reply, 416, &[("Content-Range", &cr)]).await;
         }
     };
     cx.front.metrics.status(status);
-    let mut h = Head::new(out, status);
+    let mut h = reply.start(out, status);
     h.header("Content-Type", f.content_type)
         .header_date("Last-Modified", v.modified)
         .header("ETag", v.etag.as_str())
@@ -387,12 +419,22 @@ async fn send_file<T: Transport>(
             &format!("bytes {start}-{}/{}", start + len - 1, f.size),
         );
     }
-    h.finish(Some(len), keep_alive, req.minor);
-    let body = !is_head && len > 0;
+    h.finish(Some(len));
+    let body = reply.with_body() && len > 0;
     cx.front.metrics.bytes(t.path(), out.len() as u64);
     t.write_all(out, body).await?;
     if body {
-        t.send_file(&f.file, start, len).await?;
+        if let Err(e) = t.send_file(&f.file, start, len).await {
+            if matches!(e, TransportError::FileShrank) {
+                if let Some(left_out) = cx.files.log.allow("file_shrank") {
+                    tracing::warn!(
+                        "{} shrank while being sent; the response was cut short{left_out}",
+                        cx.files.root.path().join(norm.to_relative()).display()
+                    );
+                }
+            }
+            return Err(e);
+        }
         cx.front.metrics.bytes(t.path(), len);
     }
     Ok(())

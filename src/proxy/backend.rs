@@ -56,7 +56,8 @@ impl BackendAddr {
     }
 }
 
-/// Why the backend could not be reached; each is counted and logged once.
+/// Why the backend could not be reached; each is counted, and warned
+/// about (at most once per kind per interval) by the proxy.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     #[error("connection refused")]

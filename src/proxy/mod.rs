@@ -12,16 +12,17 @@ use crate::config::{
     check_timeout, check_workers, default_workers, parse_listen, secs, ConfigError, KtlsMode,
     Timeouts,
 };
+use crate::lograte::LogLimit;
 use crate::server::{ConnInfo, Front, Service, StartError, Tls};
 use crate::tls::TlsOptions;
 use crate::transport::close_and_linger;
 use backend::{BackendAddr, ConnectError};
 use header::ProxyVersion;
 use ipnet::IpNet;
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -152,8 +153,12 @@ pub enum ProxyConfigError {
 /// The proxy service.
 pub struct Proxy {
     cfg: ProxyConfig,
-    /// Failure kinds already logged (each is logged once, then counted).
-    logged: Mutex<HashSet<&'static str>>,
+    /// Failures are warned about at most once per kind per interval, with
+    /// the count of lines left out; every one is counted in the metrics.
+    log: LogLimit,
+    /// Connection attempts to the backend that failed since one last
+    /// succeeded (0: the backend answers).
+    failing: AtomicU64,
 }
 
 /// Run `tlsfront proxy` until SIGTERM/SIGINT.
@@ -179,7 +184,8 @@ pub fn run(cfg: ProxyConfig) -> Result<(), StartError> {
     };
     let svc = Arc::new(Proxy {
         cfg,
-        logged: Mutex::new(HashSet::new()),
+        log: LogLimit::new(crate::lograte::EVERY),
+        failing: AtomicU64::new(0),
     });
     crate::server::run(front, svc, &listen, workers, |a| {
         format!(
@@ -190,16 +196,42 @@ pub fn run(cfg: ProxyConfig) -> Result<(), StartError> {
 }
 
 impl Proxy {
-    /// Log a failure kind the first time it happens; count it always.
+    /// Count a failure; warn about it unless its kind was warned about
+    /// within the interval.
     fn failure(&self, front: &Front, kind: &'static str, detail: std::fmt::Arguments<'_>) {
         front.metrics.error(kind);
-        let first = self
-            .logged
-            .lock()
-            .map(|mut l| l.insert(kind))
-            .unwrap_or(false);
-        if first {
-            tracing::warn!("{detail} (further \"{kind}\" failures are counted, not logged)");
+        if let Some(left_out) = self.log.allow(kind) {
+            tracing::warn!("{detail}{left_out}");
+        }
+    }
+
+    /// The backend could not be reached: a warning when it starts failing
+    /// and, rate-limited, while it goes on failing.
+    fn backend_down(&self, front: &Front, e: &ConnectError) {
+        let n = self.failing.fetch_add(1, Ordering::Relaxed) + 1;
+        let how = if n == 1 {
+            "failing".to_string()
+        } else {
+            format!("still failing ({n} attempts in a row)")
+        };
+        self.failure(
+            front,
+            e.kind(),
+            format_args!("backend {} {how}: {e} ({})", self.cfg.backend, e.kind()),
+        );
+    }
+
+    /// The backend answered: say so if it had been failing.
+    fn backend_up(&self) {
+        let n = self.failing.swap(0, Ordering::Relaxed);
+        if n > 0 {
+            if let Some(left_out) = self.log.allow("backend_up") {
+                let s = if n == 1 { "" } else { "s" };
+                tracing::warn!(
+                    "backend {} up again after {n} failed attempt{s}{left_out}",
+                    self.cfg.backend
+                );
+            }
         }
     }
 }
@@ -243,7 +275,10 @@ impl Service for Proxy {
 
     async fn serve(&self, front: &Front, tls: Tls, info: ConnInfo, _stop: watch::Receiver<bool>) {
         let backend = match backend::connect(&self.cfg.backend, self.cfg.connect_timeout).await {
-            Ok(b) => b,
+            Ok(b) => {
+                self.backend_up();
+                b
+            }
             Err(e) => {
                 self.backend_down(front, &e);
                 // The client gets a TLS close, not a hang.
@@ -271,19 +306,22 @@ impl Service for Proxy {
             Tls::Kernel(k) => relay::splice(k, &backend, idle, &front.metrics).await,
             Tls::User(u) => relay::userspace(u, &backend, idle, &front.metrics).await,
         };
-        if let Err(e) = r {
-            front.metrics.error(e.kind());
-            tracing::debug!("connection from {} ended: {e}", info.client);
+        match r {
+            Ok(()) => {}
+            // The backend broke a connection (a reset, an I/O error):
+            // worth a (rate-limited) line, unlike a client going away.
+            Err(e @ relay::RelayError::Backend(_)) => self.failure(
+                front,
+                e.kind(),
+                format_args!(
+                    "backend {}, connection from {}: {e}",
+                    self.cfg.backend, info.client
+                ),
+            ),
+            Err(e) => {
+                front.metrics.error(e.kind());
+                tracing::debug!("connection from {} ended: {e}", info.client);
+            }
         }
-    }
-}
-
-impl Proxy {
-    fn backend_down(&self, front: &Front, e: &ConnectError) {
-        self.failure(
-            front,
-            e.kind(),
-            format_args!("backend {}: {e}", self.cfg.backend),
-        );
     }
 }

@@ -189,6 +189,9 @@ pub struct Server {
     pub port: u16,
     pub data: tempfile::TempDir,
     pub startup: Vec<String>,
+    /// Everything the server wrote to stderr so far (its log); also
+    /// passed on to the test's stderr.
+    log: std::sync::Arc<Mutex<String>>,
 }
 
 impl Server {
@@ -279,8 +282,19 @@ impl Server {
         cmd.args(extra)
             .env("XDG_DATA_HOME", data.path())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("start tlsfront");
+        let log = std::sync::Arc::new(Mutex::new(String::new()));
+        let err = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("{line}");
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut startup = Vec::new();
         let mut port = 0;
@@ -319,6 +333,24 @@ impl Server {
             port,
             data,
             startup,
+            log,
+        }
+    }
+
+    /// The server's log (stderr) so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Wait (up to 20 s) until the log contains `text`; the log then.
+    pub fn wait_for_log(&self, text: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let log = self.log();
+            if log.contains(text) || Instant::now() > deadline {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -555,4 +587,83 @@ pub fn statuses(transcript: &str) -> Vec<u16> {
         .filter_map(|l| l.strip_prefix("HTTP/1.1 "))
         .filter_map(|r| r.get(..3)?.parse().ok())
         .collect()
+}
+
+/// Send `request` (raw bytes, possibly several pipelined requests) on one
+/// TLS connection, then wait for the server to close it (up to 30 s).
+/// Returns the raw transcript and whether the server closed.
+pub fn exchange(port: u16, request: &[u8]) -> (String, bool) {
+    exchange_steps(port, &[Step::Send(request)])
+}
+
+/// Like [`exchange`], with steps (e.g. wait for `100 Continue` before the body).
+pub fn exchange_steps(port: u16, steps: &[Step]) -> (String, bool) {
+    let (out, _, closed) = s_client(port, &["-quiet"], steps, Duration::from_secs(30));
+    (out, closed)
+}
+
+/// One response taken off a raw transcript.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    /// The head, status line included, up to the blank line.
+    pub head: String,
+    pub body: String,
+}
+
+impl Response {
+    /// A header's value (the first, name case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().skip(1).find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+    }
+
+    /// Says `Connection: close`.
+    pub fn closes(&self) -> bool {
+        self.header("Connection")
+            .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+    }
+}
+
+/// Split a transcript into its responses, exactly: each must start where
+/// the last ended (so a body where none belongs shows up as garbage in
+/// place of a status line) and nothing may trail. Bodies are framed by
+/// `Content-Length`; 1xx, 304 and the answers to HEAD have none
+/// (`head_requests[i]`: the i-th final response answers a HEAD).
+pub fn split_responses(transcript: &str, head_requests: &[bool]) -> Vec<Response> {
+    let mut rest = transcript;
+    let mut all = Vec::new();
+    let mut finals = 0;
+    while !rest.is_empty() {
+        assert!(
+            rest.starts_with("HTTP/1.1 "),
+            "expected a status line at {rest:?} in {transcript:?}"
+        );
+        let end = rest
+            .find("\r\n\r\n")
+            .unwrap_or_else(|| panic!("unterminated head in {transcript:?}"))
+            + 4;
+        let head = rest[..end - 2].to_string();
+        let status: u16 = head[9..12].parse().unwrap();
+        let mut r = Response {
+            status,
+            head,
+            body: String::new(),
+        };
+        rest = &rest[end..];
+        if status >= 200 {
+            let is_head = head_requests.get(finals).copied().unwrap_or(false);
+            finals += 1;
+            let len: usize = r.header("Content-Length").map_or(0, |v| v.parse().unwrap());
+            if !is_head && status != 304 {
+                assert!(rest.len() >= len, "short body in {transcript:?}");
+                r.body = rest[..len].to_string();
+                rest = &rest[len..];
+            }
+        }
+        all.push(r);
+    }
+    all
 }

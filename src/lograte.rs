@@ -1,0 +1,89 @@
+//! Rate-limited warnings: at most one line per kind per interval, with a
+//! count of the lines left out. A flood of failing clients cannot flood
+//! the log, and a failure that comes back long after the first still gets
+//! its line (a once-per-process warning would stay silent).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The interval the servers use: one line per kind per this long.
+pub const EVERY: Duration = Duration::from_secs(10);
+
+/// When each kind last got a line, and how many were left out since.
+pub struct LogLimit {
+    every: Duration,
+    kinds: Mutex<HashMap<&'static str, (Instant, u64)>>,
+}
+
+impl LogLimit {
+    pub fn new(every: Duration) -> LogLimit {
+        LogLimit {
+            every,
+            kinds: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// May a line of `kind` be written now? If so, the lines of that kind
+    /// left out since the last one, as text to append (empty if none).
+    pub fn allow(&self, kind: &'static str) -> Option<Suppressed> {
+        self.allow_at(kind, Instant::now())
+    }
+
+    fn allow_at(&self, kind: &'static str, now: Instant) -> Option<Suppressed> {
+        let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
+        match kinds.get_mut(kind) {
+            Some((last, left_out)) if now.saturating_duration_since(*last) < self.every => {
+                *left_out += 1;
+                None
+            }
+            Some((last, left_out)) => {
+                *last = now;
+                Some(Suppressed(std::mem::take(left_out)))
+            }
+            None => {
+                kinds.insert(kind, (now, 0));
+                Some(Suppressed(0))
+            }
+        }
+    }
+}
+
+/// How many lines of a kind were left out before this one; displayed as
+/// ` (N similar lines left out)`, or nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Suppressed(pub u64);
+
+impl std::fmt::Display for Suppressed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            0 => Ok(()),
+            1 => f.write_str(" (1 similar line left out)"),
+            n => write!(f, " ({n} similar lines left out)"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_per_kind_per_interval_with_a_count() {
+        let l = LogLimit::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        assert_eq!(l.allow_at("a", at(0)), Some(Suppressed(0)));
+        assert_eq!(l.allow_at("b", at(1)), Some(Suppressed(0)));
+        for s in 1..10 {
+            assert_eq!(l.allow_at("a", at(s)), None);
+        }
+        assert_eq!(l.allow_at("a", at(10)), Some(Suppressed(9)));
+        assert_eq!(l.allow_at("a", at(11)), None);
+        // Days later: a line again, and the count of what was left out.
+        assert_eq!(l.allow_at("a", at(3 * 86400)), Some(Suppressed(1)));
+        assert_eq!(l.allow_at("a", at(4 * 86400)), Some(Suppressed(0)));
+        assert_eq!(Suppressed(0).to_string(), "");
+        assert_eq!(Suppressed(3).to_string(), " (3 similar lines left out)");
+    }
+}
