@@ -98,13 +98,14 @@ fn a_server_error_ends_the_connection() {
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
     let free = (0..).find(|n| !open.contains(n)).unwrap();
-    let limit = format!("--nofile={0}:{0}", free + 1);
-    let st = std::process::Command::new("prlimit")
-        .arg(format!("--pid={}", server.pid()))
-        .arg(&limit)
-        .status()
-        .expect("run prlimit");
-    assert!(st.success(), "prlimit {limit} failed");
+    let limit = Some(free + 1);
+    let pid = rustix::process::Pid::from_raw(server.pid() as i32).unwrap();
+    let new = rustix::process::Rlimit {
+        current: limit,
+        maximum: limit,
+    };
+    rustix::process::prlimit(Some(pid), rustix::process::Resource::Nofile, new)
+        .expect("prlimit on the server");
     for method in ["GET", "HEAD"] {
         let request = format!("{method} /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n");
         let r = only_response(&server, &request, method == "HEAD");
