@@ -42,6 +42,9 @@ cargo clippy --all-targets --locked -- -D warnings
 step "unit and end-to-end tests on this kernel ($(uname -r))"
 cargo test --locked 2>&1 | tee -a "$log"
 
+step "testssl.sh against tlsfront serve (no finding at LOW or above but the listed ones)"
+tests/testssl.sh 2>&1 | tee -a "$log"
+
 step "bench/compare's CPU accounting, against processes of known CPU time"
 python3 -m bench.compare_lib.test_cpu 2>&1 | tee -a "$log"
 
