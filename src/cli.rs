@@ -50,6 +50,38 @@ pub struct FrontArgs {
     /// Kernel TLS: auto (use where possible), off, or require [default: auto].
     #[arg(long, value_enum, value_name = "MODE")]
     pub ktls: Option<KtlsMode>,
+    /// Once the keys are read and the ports bound, run as this user (needs
+    /// tlsfront started as root).
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+    /// ... and this group [default: the user's own].
+    #[arg(long, value_name = "NAME", requires = "user")]
+    pub group: Option<String>,
+}
+
+impl FrontArgs {
+    /// The user to run as: the flags, else `file`'s `user`/`group` settings
+    /// (`in_file(key)` names such a setting).
+    pub fn run_as(
+        &self,
+        file_user: Option<&str>,
+        file_group: Option<&str>,
+        in_file: impl Fn(&str) -> String,
+    ) -> Result<Option<crate::privileges::RunAs>, ConfigError> {
+        use crate::privileges::RunAs;
+        Ok(match (&self.user, file_user) {
+            (Some(u), _) => Some(RunAs::resolve(u, self.group.as_deref(), |k| {
+                format!("--{k}")
+            })?),
+            (None, Some(u)) => Some(RunAs::resolve(u, file_group, in_file)?),
+            (None, None) if file_group.is_some() => {
+                return Err(ConfigError::GroupWithoutUser {
+                    origin: in_file("group"),
+                })
+            }
+            (None, None) => None,
+        })
+    }
 }
 
 #[derive(Args, Debug, Default)]
@@ -159,6 +191,9 @@ impl ServeArgs {
             autoindex: self.autoindex || file.autoindex.unwrap_or(false),
             follow_symlinks_outside: self.follow_symlinks_outside
                 || file.follow_symlinks_outside.unwrap_or(false),
+            run_as: self
+                .front
+                .run_as(file.user.as_deref(), file.group.as_deref(), in_file)?,
             limits: file.limits,
             timeouts,
         })

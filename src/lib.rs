@@ -7,7 +7,7 @@
 //! [`ktls`] (the kernel handoff and kTLS sockets), [`http`] (requests and
 //! responses), [`files`] (the document root), [`server`] (workers and
 //! connections), [`proxy`] (TLS termination for TCP backends),
-//! [`config`], [`metrics`].
+//! [`config`], [`metrics`], [`privileges`] (running as another user).
 
 pub mod bench;
 pub mod check;
@@ -18,6 +18,7 @@ pub mod http;
 pub mod ktls;
 pub mod lograte;
 pub mod metrics;
+pub mod privileges;
 pub mod proxy;
 pub mod server;
 pub mod sys;

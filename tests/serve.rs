@@ -1169,6 +1169,120 @@ fn the_server_rekeys_before_a_key_reaches_its_record_limit() {
 }
 
 #[test]
+fn runs_as_the_configured_user_with_no_capabilities_left() {
+    // Started as root (as tests run here): keys read and port bound first,
+    // then uid, gid and groups are nobody's and no capability is left.
+    if !rustix::process::getuid().is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tlsfront.toml");
+    std::fs::write(&cfg, "user = \"nobody\"\ngroup = \"nogroup\"\n").unwrap();
+    for extra in [
+        vec!["--user", "nobody"],
+        vec!["--config", cfg.to_str().unwrap()],
+    ] {
+        let server = Server::start(&extra);
+        assert!(
+            server
+                .startup
+                .iter()
+                .any(|l| l.starts_with("running as user nobody (uid 65534")),
+            "{:?}",
+            server.startup
+        );
+        let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .unwrap_or("")
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert_eq!(field("Uid:"), "65534 65534 65534 65534", "{status}");
+        assert_eq!(field("Gid:"), "65534 65534 65534 65534", "{status}");
+        assert_eq!(field("Groups:"), "65534", "{status}");
+        for cap in ["CapPrm:", "CapEff:", "CapAmb:"] {
+            assert_eq!(field(cap), "0000000000000000", "{cap} {status}");
+        }
+        // Files are opened as nobody from now on: the fixture is readable.
+        let out = server.curl(&[&server.url("/hello.txt")]);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hello world\n");
+        server.stop();
+    }
+}
+
+#[test]
+fn a_user_that_cannot_be_had_is_refused_by_name() {
+    if !rustix::process::getuid().is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(&cfg, "group = \"nogroup\"\n").unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["--user", "no-such-user-here"],
+            "--user: there is no user named \"no-such-user-here\"",
+        ),
+        (
+            &["--user", "nobody", "--group", "no-such-group-here"],
+            "--group: there is no group named \"no-such-group-here\"",
+        ),
+        (&["--config", cfg], "setting group: a group needs a user"),
+    ];
+    for (args, expected) in cases {
+        let out = Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(expected),
+            "{args:?}: {err}"
+        );
+    }
+    // Not started as root: switching users is impossible, and said so.
+    let out = tool("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--user", "nobody"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("needs tlsfront started as root"),
+        "{err}"
+    );
+}
+
+#[test]
+fn systemd_is_told_when_ready_and_when_stopping() {
+    // Type=notify: READY=1 once serving, STOPPING=1 when the drain begins,
+    // on the socket systemd names in NOTIFY_SOCKET.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notify");
+    let sock = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let var = format!("NOTIFY_SOCKET={}", path.display());
+    let server = Server::start_with_env(&[&var], &[]);
+    let mut buf = [0u8; 256];
+    let n = sock.recv(&mut buf).expect("no READY=1");
+    assert_eq!(String::from_utf8_lossy(&buf[..n]).trim_end(), "READY=1");
+    let (status, _) = server.stop();
+    assert!(status.success());
+    let n = sock.recv(&mut buf).expect("no STOPPING=1");
+    assert_eq!(String::from_utf8_lossy(&buf[..n]).trim_end(), "STOPPING=1");
+}
+
+#[test]
 fn sigterm_finishes_and_reports() {
     let server = Server::start(&[]);
     let out = server.curl(&[&server.url("/hello.txt")]);

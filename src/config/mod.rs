@@ -209,6 +209,10 @@ pub struct FileConfig {
     pub ktls: Option<KtlsMode>,
     pub autoindex: Option<bool>,
     pub follow_symlinks_outside: Option<bool>,
+    /// Run as this user once the keys are read and the ports bound.
+    pub user: Option<String>,
+    /// ... and this group (default: the user's own).
+    pub group: Option<String>,
     pub limits: Limits,
     pub timeouts: Timeouts,
 }
@@ -224,12 +228,17 @@ pub struct ServeConfig {
     pub ktls: KtlsMode,
     pub autoindex: bool,
     pub follow_symlinks_outside: bool,
+    pub run_as: Option<crate::privileges::RunAs>,
     pub limits: Limits,
     pub timeouts: Timeouts,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    #[error(transparent)]
+    Privilege(#[from] crate::privileges::PrivilegeError),
+    #[error("{origin}: a group needs a user to go with it (set user as well)")]
+    GroupWithoutUser { origin: String },
     #[error("cannot read config file {path}: {source}")]
     Read {
         path: PathBuf,

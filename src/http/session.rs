@@ -49,14 +49,14 @@ pub fn run(cfg: ServeConfig) -> Result<(), StartError> {
         cfg.limits.connections,
     )?;
     let root = DocRoot::open(&cfg.root, cfg.follow_symlinks_outside, cfg.autoindex)?;
-    let (listen, workers) = (cfg.listen.clone(), cfg.workers);
+    let (listen, workers, run_as) = (cfg.listen.clone(), cfg.workers, cfg.run_as.clone());
     let shown = root.path().display().to_string();
     let svc = Arc::new(StaticFiles {
         root,
         cfg,
         log: LogLimit::new(crate::lograte::EVERY),
     });
-    crate::server::run(front, svc, &listen, workers, |a| {
+    crate::server::run(front, svc, &listen, workers, run_as.as_ref(), |a| {
         format!(
             "serving {shown} on https://{a}/ with {workers} worker{}",
             if workers == 1 { "" } else { "s" }

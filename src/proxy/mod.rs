@@ -46,6 +46,7 @@ pub struct ProxyConfig {
     pub timeouts: Timeouts,
     /// Open connections per worker (`None`: fit to the open-file limit).
     pub max_connections: Option<usize>,
+    pub run_as: Option<crate::privileges::RunAs>,
 }
 
 #[derive(clap::Args, Debug, Default)]
@@ -136,6 +137,7 @@ impl ProxyArgs {
             idle_timeout: secs(self.idle_timeout),
             timeouts,
             max_connections: None,
+            run_as: self.front.run_as(None, None, |k| k.to_string())?,
         })
     }
 }
@@ -175,7 +177,7 @@ pub fn run(cfg: ProxyConfig) -> Result<(), StartError> {
         cfg.timeouts.clone(),
         cfg.max_connections,
     )?;
-    let (listen, workers) = (cfg.listen.clone(), cfg.workers);
+    let (listen, workers, run_as) = (cfg.listen.clone(), cfg.workers, cfg.run_as.clone());
     let backend = cfg.backend.clone();
     let pp = match cfg.write_proxy {
         Some(ProxyVersion::V1) => ", PROXY v1",
@@ -187,7 +189,7 @@ pub fn run(cfg: ProxyConfig) -> Result<(), StartError> {
         log: LogLimit::new(crate::lograte::EVERY),
         failing: AtomicU64::new(0),
     });
-    crate::server::run(front, svc, &listen, workers, |a| {
+    crate::server::run(front, svc, &listen, workers, run_as.as_ref(), |a| {
         format!(
             "proxying https://{a}/ to {backend}{pp} with {workers} worker{}",
             if workers == 1 { "" } else { "s" }

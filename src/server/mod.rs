@@ -13,6 +13,7 @@ use crate::config::{cert, secs, KtlsMode, Timeouts};
 use crate::ktls::stream::KtlsStream;
 use crate::ktls::{Support, Version};
 use crate::metrics::Metrics;
+use crate::privileges::RunAs;
 use crate::sys;
 use crate::tls::userspace::UserTls;
 use crate::tls::{ServerConfigs, TlsOptions};
@@ -110,6 +111,8 @@ pub enum StartError {
     },
     #[error("cannot start: {0}")]
     Runtime(std::io::Error),
+    #[error(transparent)]
+    Privilege(#[from] crate::privileges::PrivilegeError),
 }
 
 /// Load the identity, build the TLS configuration, probe the kernel.
@@ -214,13 +217,16 @@ fn bind_all(
     Ok((per_worker, bound))
 }
 
-/// Bind, announce, run the workers until SIGTERM/SIGINT, then drain and
-/// print the counters. `announce` makes the line for each bound address.
+/// Bind, take the configured user's identity, announce, run the workers
+/// until SIGTERM/SIGINT, then drain and print the counters. `announce` makes
+/// the line for each bound address. Under systemd (`Type=notify`) readiness
+/// is signalled once the workers run, and stopping when the drain begins.
 pub(crate) fn run<S: Service>(
     front: Front,
     service: Arc<S>,
     listen: &[SocketAddr],
     workers: usize,
+    run_as: Option<&RunAs>,
     announce: impl Fn(SocketAddr) -> String,
 ) -> Result<(), StartError> {
     // Signal handlers first: once the port is announced, a supervisor may
@@ -234,6 +240,11 @@ pub(crate) fn run<S: Service>(
     // Wait for the ClientHello in the kernel as long as the handshake may take.
     let defer = front.timeouts.handshake.ceil() as u32;
     let (listeners, bound) = bind_all(listen, workers, defer)?;
+    // Keys are read and ports bound: nothing needs root from here on.
+    if let Some(who) = run_as {
+        who.switch()?;
+        println!("{}", who.describe());
+    }
     for a in &bound {
         println!("{}", announce(*a));
     }
@@ -253,8 +264,11 @@ pub(crate) fn run<S: Service>(
             .map_err(StartError::Runtime)?;
         threads.push(t);
     }
+    // Nothing to do outside systemd (no NOTIFY_SOCKET).
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
 
     signals.wait();
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     println!("shutting down: no new connections, finishing what is in flight (up to {grace:?})");
     let _ = stop_tx.send(true);
     for t in threads {

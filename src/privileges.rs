@@ -1,0 +1,139 @@
+//! Running as an unprivileged user (nginx's `user`, HAProxy's `user`/`group`):
+//! started as root, tlsfront reads its keys and binds its ports, then takes
+//! the configured user's identity for good, before any worker starts. The
+//! names are looked up when the settings are read, so that a wrong one is
+//! refused at once, naming where it was set.
+
+use nix::unistd::{Gid, Group, Uid, User};
+use std::ffi::CString;
+
+/// The identity to run as, resolved from names.
+#[derive(Clone, Debug)]
+pub struct RunAs {
+    user: String,
+    uid: Uid,
+    gid: Gid,
+    /// Where it was set (a flag, or the config file and setting).
+    origin: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PrivilegeError {
+    #[error("{origin}: there is no user named {name:?} on this system (create one, e.g. 'useradd --system --no-create-home {name}', or name another)")]
+    NoUser { origin: String, name: String },
+    #[error("{origin}: there is no group named {name:?} on this system (create it with 'groupadd --system {name}', or name another)")]
+    NoGroup { origin: String, name: String },
+    #[error("{origin}: cannot look up {name:?}: {source}")]
+    Lookup {
+        origin: String,
+        name: String,
+        source: nix::Error,
+    },
+    #[error("{origin}: switching to user {user:?} needs tlsfront started as root, but it runs as uid {uid}; leave the setting out to keep running as uid {uid}, or start it as root")]
+    NotRoot {
+        origin: String,
+        user: String,
+        uid: Uid,
+    },
+    #[error("{origin}: cannot switch to user {user:?}: {step} failed: {source}")]
+    Switch {
+        origin: String,
+        user: String,
+        step: &'static str,
+        source: nix::Error,
+    },
+}
+
+impl RunAs {
+    /// Look up `user` (and `group`, else the user's own group).
+    /// `origin(key)` names where `key` was set. Refused at once unless this
+    /// process runs as root, which alone can switch.
+    pub fn resolve(
+        user: &str,
+        group: Option<&str>,
+        origin: impl Fn(&str) -> String,
+    ) -> Result<RunAs, PrivilegeError> {
+        let now = Uid::current();
+        if !now.is_root() {
+            return Err(PrivilegeError::NotRoot {
+                origin: origin("user"),
+                user: user.into(),
+                uid: now,
+            });
+        }
+        let found = User::from_name(user)
+            .map_err(|source| PrivilegeError::Lookup {
+                origin: origin("user"),
+                name: user.into(),
+                source,
+            })?
+            .ok_or_else(|| PrivilegeError::NoUser {
+                origin: origin("user"),
+                name: user.into(),
+            })?;
+        let gid = match group {
+            None => found.gid,
+            Some(g) => {
+                Group::from_name(g)
+                    .map_err(|source| PrivilegeError::Lookup {
+                        origin: origin("group"),
+                        name: g.into(),
+                        source,
+                    })?
+                    .ok_or_else(|| PrivilegeError::NoGroup {
+                        origin: origin("group"),
+                        name: g.into(),
+                    })?
+                    .gid
+            }
+        };
+        Ok(RunAs {
+            user: user.into(),
+            uid: found.uid,
+            gid,
+            origin: origin("user"),
+        })
+    }
+
+    /// Become this user for good: its groups, its group, its uid (in that
+    /// order: a process that has left root cannot change its groups). From
+    /// root to another uid the kernel clears every capability, and glibc
+    /// applies each change to every thread of the process.
+    pub fn switch(&self) -> Result<(), PrivilegeError> {
+        let now = Uid::current();
+        if !now.is_root() {
+            return Err(PrivilegeError::NotRoot {
+                origin: self.origin.clone(),
+                user: self.user.clone(),
+                uid: now,
+            });
+        }
+        let step = |step: &'static str| {
+            move |source| PrivilegeError::Switch {
+                origin: self.origin.clone(),
+                user: self.user.clone(),
+                step,
+                source,
+            }
+        };
+        let name =
+            CString::new(self.user.as_str()).map_err(|_| step("initgroups")(nix::Error::EINVAL))?;
+        nix::unistd::initgroups(&name, self.gid).map_err(step("initgroups"))?;
+        nix::unistd::setgid(self.gid).map_err(step("setgid"))?;
+        nix::unistd::setuid(self.uid).map_err(step("setuid"))?;
+        // There is no way back: a uid of 0 now would mean the switch did
+        // not take (or `user` is root itself, which gains nothing).
+        if !self.uid.is_root() && nix::unistd::setuid(Uid::from_raw(0)).is_ok() {
+            return Err(step("dropping root")(nix::Error::EPERM));
+        }
+        Ok(())
+    }
+
+    /// For the start-up line.
+    pub fn describe(&self) -> String {
+        format!(
+            "running as user {} (uid {}, gid {})",
+            self.user, self.uid, self.gid
+        )
+    }
+}
