@@ -325,3 +325,78 @@ async fn read_one_record(
 fn starts_like_tls(first: u8) -> bool {
     !first.is_ascii_alphabetic()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    fn server() -> UnbufferedServerConnection {
+        let (cert, key) = crate::config::cert::self_signed().unwrap();
+        let chain = vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()];
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+        let configs = super::super::server_config(chain, key, &Default::default()).unwrap();
+        let (config, _) = configs.for_client_hello(&[]);
+        UnbufferedServerConnection::new(config).unwrap()
+    }
+
+    fn record(typ: u8, payload: &[u8]) -> Vec<u8> {
+        let mut r = vec![typ, 3, 1];
+        r.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+        r.extend_from_slice(payload);
+        r
+    }
+
+    /// Drive rustls over `input` as the handshake does, then fetch the
+    /// alert the way the handshake does after an error.
+    fn alert_after(input: &mut [u8]) -> (rustls::Error, Vec<u8>) {
+        let mut conn = server();
+        let mut out = OutBuf::default();
+        let mut used = input.len();
+        loop {
+            let UnbufferedStatus { discard, state } = conn.process_tls_records(&mut input[..used]);
+            match state {
+                Err(e) => {
+                    queue_alert(&mut conn, &mut input[..used], discard, &mut out);
+                    return (e, out.data().to_vec());
+                }
+                Ok(ConnectionState::EncodeTlsData(mut enc)) => out.encode(&mut enc),
+                Ok(ConnectionState::TransmitTlsData(tx)) => {
+                    tx.done();
+                    out.consume(out.len());
+                }
+                Ok(_) => panic!("rustls wants more input: the case does not fail"),
+            }
+            input.copy_within(discard..used, 0);
+            used -= discard;
+        }
+    }
+
+    /// The start of a ClientHello: enough for rustls' handshake deframer to
+    /// hold a partial message when the next record breaks the rules.
+    const HELLO_START: [u8; 8] = [1, 0, 0, 200, 3, 3, 0, 0];
+
+    #[test]
+    fn an_error_that_queues_no_alert_does_not_panic() {
+        // A ClientHello fragment, then a ChangeCipherSpec in the middle of
+        // it: rustls refuses with no alert, and fetching that (absent)
+        // alert with an empty buffer once made it panic.
+        let mut input = record(22, &HELLO_START);
+        input.extend_from_slice(&record(20, &[1]));
+        let (e, alert) = alert_after(&mut input);
+        assert!(matches!(e, rustls::Error::PeerMisbehaved(_)), "{e:?}");
+        assert!(alert.is_empty(), "{alert:?}");
+    }
+
+    #[test]
+    fn an_error_with_an_alert_sends_it_once() {
+        // A record type that does not exist: decode_error, one record.
+        let mut input = record(22, &HELLO_START);
+        input.extend_from_slice(&record(99, &[1]));
+        let (_, alert) = alert_after(&mut input);
+        let fatal = u8::from(AlertLevel::Fatal);
+        let desc = u8::from(AlertDescription::DecodeError);
+        assert_eq!(alert, [21, 3, 3, 0, 2, fatal, desc]);
+    }
+}
