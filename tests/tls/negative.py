@@ -129,9 +129,10 @@ class Server:
         return f"{self.mode}/{self.kind}"
 
     def stop(self):
+        """Stop it (SIGTERM: it drains and prints its counters): (stdout, stderr)."""
         self.p.terminate()
         self.p.wait(SAFETY)
-        return "".join(self.err)
+        return "".join(self.out), "".join(self.err)
 
     def alive(self):
         """A good client still gets served."""
@@ -376,6 +377,10 @@ CASES = [
     ("oversized record after a TLS 1.2 handshake", oversized((3, 3))),
 ]
 
+# The metrics labels of the refusals the cases above provoke.
+REFUSAL_LABELS = ("hello_inappropriate_fallback", "hello_obsolete_version",
+                  "hello_renegotiation_info", "plaintext_on_tls_port")
+
 
 def main():
     binary = os.path.join(ROOT, "target/debug/tlsfront")
@@ -397,14 +402,20 @@ def main():
                     else:
                         passed += 1
                         print(f"ok   {name}", flush=True)
-                err = srv.stop()
-                name = f"{srv.name()}: no panic in stderr"
-                if "panicked" in err:
-                    failed += 1
-                    print(f"FAIL {name}:\n{err}", flush=True)
-                else:
-                    passed += 1
-                    print(f"ok   {name}", flush=True)
+                out, err = srv.stop()
+                checks = [("no panic in stderr", "panicked" not in err, err)]
+                # The refusals are counted, each under its own label.
+                errors = next((l for l in out.splitlines() if l.startswith("errors:")), "")
+                for label in REFUSAL_LABELS:
+                    checks.append((f"'{label}' counted", label in errors, errors))
+                for title, ok, detail in checks:
+                    name = f"{srv.name()}: {title}"
+                    if ok:
+                        passed += 1
+                        print(f"ok   {name}", flush=True)
+                    else:
+                        failed += 1
+                        print(f"FAIL {name}:\n{detail}", flush=True)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
