@@ -104,7 +104,8 @@ pub enum Gathered<'a> {
     /// Its records so far are whole or cut short: read more.
     Partial,
     /// Not a handshake message in handshake records (another record type
-    /// between its fragments, a message too long): rustls decides.
+    /// between its fragments, an empty fragment, a message too long):
+    /// rustls decides.
     Unreadable,
 }
 
@@ -141,6 +142,11 @@ pub fn gather(records: &[u8]) -> Gathered<'_> {
         let (Some(_version), Some(payload)) = (rest.take(2), rest.vec16()) else {
             return Gathered::Partial;
         };
+        if payload.is_empty() {
+            // Not allowed (RFC 8446 §5.1): rustls refuses it at once,
+            // where waiting for more would hold the connection.
+            return Gathered::Unreadable;
+        }
         if first.is_empty() && joined.is_none() {
             first = payload;
         } else {
@@ -392,6 +398,11 @@ mod tests {
         let huge = records(&[1, 1, 0, 0], 16384);
         assert_eq!(gather(&huge), Gathered::Unreadable);
         assert_eq!(gather(b"GET / HTTP/1.1"), Gathered::Unreadable);
+        // An empty handshake record, alone or after a first fragment.
+        assert_eq!(gather(&[22, 3, 1, 0, 0]), Gathered::Unreadable);
+        let mut recs = records(&msg[..10], 16384);
+        recs.extend_from_slice(&[22, 3, 1, 0, 0]);
+        assert_eq!(gather(&recs), Gathered::Unreadable);
     }
 
     #[test]

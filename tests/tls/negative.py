@@ -251,6 +251,21 @@ def case_hello_over_64k(srv):
     expect_plain_alert(srv.port, fragments(msg, 16384), None)
 
 
+def case_empty_appdata_between_fragments(srv):
+    # An empty application_data record between two fragments of the
+    # ClientHello: rustls refuses (MessageInterleavedWithHandshakeMessage)
+    # with no alert; this once panicked.
+    msg = client_hello(suites=(0x1301,))
+    data = record(HANDSHAKE, msg[:40]) + record(APPDATA, b"", b"\x03\x03") + record(HANDSHAKE, msg[40:])
+    expect_plain_alert(srv.port, data, None)
+
+
+def case_empty_handshake_record(srv):
+    # Zero-length handshake fragments are not allowed (RFC 8446 §5.1): an
+    # answer at once, not a wait for more of the ClientHello.
+    expect_plain_alert(srv.port, record(HANDSHAKE, b""), DECODE_ERROR)
+
+
 def case_empty_appdata_in_handshake(srv):
     # TLS 1.3: after our ClientHello, an empty application_data record
     # where the client's Finished should come. The server answers with an
@@ -364,7 +379,9 @@ def oversized(version):
 CASES = [
     ("ClientHello in interleaved fragments", case_interleaved_fragments),
     ("ClientHello over 64 KiB", case_hello_over_64k),
+    ("empty application_data between ClientHello fragments", case_empty_appdata_between_fragments),
     ("empty application_data in a TLS 1.3 handshake", case_empty_appdata_in_handshake),
+    ("empty handshake record", case_empty_handshake_record),
     ("TLS_FALLBACK_SCSV at TLS 1.2", case_fallback_scsv_tls12),
     ("TLS_FALLBACK_SCSV in a split ClientHello", case_fallback_scsv_split),
     ("TLS_FALLBACK_SCSV beside TLS 1.3 is accepted", case_fallback_scsv_tls13_is_fine),
