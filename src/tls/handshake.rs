@@ -194,13 +194,13 @@ pub async fn handshake(
 }
 
 /// After `process_tls_records(incoming)` returned an error with `discard`:
-/// take the alert rustls queued, if any, into `out` (without waiting on
-/// the peer: the caller writes it best effort). Call it once: the
-/// connection is dead after it. rustls' buffer contract
-/// holds here too (`UnbufferedStatus::discard`): the discard is applied and
-/// the rest of the same buffer passed again, because its handshake
-/// deframer keeps positions relative to that buffer (an empty buffer made
-/// it index out of range and panic).
+/// take the alert rustls queued, if any, into `out` (the caller writes it
+/// best effort, without waiting on the peer). Called once: the connection
+/// is dead after it. rustls' buffer contract holds here too
+/// (`UnbufferedStatus::discard`): the discard is applied and the rest of
+/// the same buffer passed again, because its handshake deframer keeps
+/// positions relative to that buffer (an empty buffer made it index out of
+/// range and panic).
 pub(crate) fn queue_alert(
     conn: &mut UnbufferedServerConnection,
     incoming: &mut [u8],
