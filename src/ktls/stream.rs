@@ -12,8 +12,10 @@
 use super::{crypto_info, Direction, Version};
 use crate::sys;
 use crate::transport::{Path, Transport, TransportError};
+use rustls::internal::msgs::enums::AlertLevel;
 use rustls::kernel::KernelConnection;
 use rustls::server::ServerConnectionData;
+use rustls::AlertDescription;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
@@ -117,6 +119,30 @@ impl KtlsStream {
         let _ = self
             .send_control(CONTENT_ALERT, &[ALERT_FATAL, alert])
             .await;
+        TransportError::Protocol(why)
+    }
+
+    /// A receive (`recvmsg`, `splice`) failed. When the kernel refused a
+    /// record of the peer's (EBADMSG: it did not decrypt, or is shorter
+    /// than its tag; EMSGSIZE: longer than TLS allows), answer with the
+    /// fatal alert the RFCs require (RFC 8446 §5.2, RFC 5246 §6.2.3.3),
+    /// sent by the kernel under our key. One non-blocking try: the
+    /// connection ends either way, and a peer that sends garbage is not
+    /// waited for.
+    pub fn recv_failed(&mut self, e: io::Error) -> TransportError {
+        let (alert, why) = match e.raw_os_error() {
+            Some(libc::EBADMSG) => (AlertDescription::BadRecordMac, "record failed to decrypt"),
+            Some(libc::EMSGSIZE) => (AlertDescription::RecordOverflow, "oversized record"),
+            _ => return e.into(),
+        };
+        // A decrypt failure leaves its error pending on the socket (an
+        // oversized record's was taken by the receive that reported it),
+        // and the kernel refuses to send while one is: take it first.
+        let _ = self.sock.take_error();
+        let alert = [u8::from(AlertLevel::Fatal), u8::from(alert)];
+        if sys::send_record(self.sock.as_fd(), CONTENT_ALERT, &alert).is_ok() {
+            self.tx_records += 1;
+        }
         TransportError::Protocol(why)
     }
 
@@ -308,10 +334,7 @@ impl KtlsStream {
         }) {
             Ok(r) => r,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Recv::WouldBlock),
-            Err(e) if e.raw_os_error() == Some(libc::EBADMSG) => {
-                return Err(TransportError::Protocol("record failed to decrypt"))
-            }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(self.recv_failed(e)),
         };
         if r.record_type == sys::RECORD_APPLICATION_DATA {
             if r.len == 0 {

@@ -243,6 +243,10 @@ impl Service for Proxy {
     /// relay.
     const FDS_PER_CONNECTION: u64 = 6;
 
+    /// A backend may speak any protocol: a plaintext client is closed, not
+    /// answered in HTTP.
+    const ANSWERS_PLAIN_HTTP: bool = false;
+
     async fn accepted(
         &self,
         front: &Front,

@@ -156,7 +156,7 @@ pub async fn splice(
                         Recv::WouldBlock => add(&mut want_c, Interest::READABLE),
                     }
                 }
-                Err(e) => return Err(TransportError::from(e).into()),
+                Err(e) => return Err(tls.recv_failed(e).into()),
             }
         }
         if !side.is_empty() {

@@ -70,6 +70,12 @@ pub(crate) trait Service: Send + Sync + 'static {
     /// being sent, a backend socket, splice pipes).
     const FDS_PER_CONNECTION: u64;
 
+    /// A client that speaks plaintext HTTP to the port gets nginx's readable
+    /// `400` ("The plain HTTP request was sent to HTTPS port") instead of a
+    /// TLS alert it cannot read. A service whose clients may speak any
+    /// protocol (the proxy) turns this off: they are just closed.
+    const ANSWERS_PLAIN_HTTP: bool = true;
+
     /// Right after accept, before TLS (e.g. a PROXY header from a load
     /// balancer). Returns (client, local) addresses, or `None` to drop the
     /// connection.

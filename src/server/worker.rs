@@ -7,7 +7,7 @@ use crate::config::secs;
 use crate::ktls::{crypto_info, stream::KtlsStream, Cipher, Direction, Version};
 use crate::metrics::Fallback;
 use crate::sys;
-use crate::tls::handshake::{handshake, Handshaken};
+use crate::tls::handshake::{handshake, HandshakeError, Handshaken};
 use crate::tls::userspace::UserTls;
 use crate::transport::{Path, TransportError};
 use std::os::fd::AsFd;
@@ -193,7 +193,13 @@ async fn connection<S: Service>(
                     .metrics
                     .handshakes_failed
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if let Some(label) = e.label() {
+                    front.metrics.error(label);
+                }
                 tracing::debug!("handshake failed: {e}");
+                if S::ANSWERS_PLAIN_HTTP && matches!(e, HandshakeError::NotTls) {
+                    let _ = timer::timeout(secs(t.handshake), plain_http_answer(&mut sock)).await;
+                }
                 return;
             }
             Err(_) => {
@@ -281,6 +287,35 @@ fn data_path(
     }
     front.metrics.connection(Path::Userspace);
     Some((Tls::User(Box::new(UserTls::new(sock, hs, stall))), info))
+}
+
+/// nginx's answer to plaintext HTTP on its HTTPS port, so that a person
+/// who typed `http://` sees why.
+const PLAIN_HTTP_400: &[u8] = b"HTTP/1.1 400 Bad Request\r\n\
+Content-Type: text/plain\r\n\
+Content-Length: 46\r\n\
+Connection: close\r\n\
+\r\n\
+The plain HTTP request was sent to HTTPS port\n";
+
+/// Answer a plaintext client with [`PLAIN_HTTP_400`] and close: our
+/// direction first, then what the client still sends is read and dropped
+/// (a bounded amount) until it closes too, so that unread bytes do not turn
+/// our close into a reset that destroys the answer. The caller bounds the
+/// time.
+async fn plain_http_answer(sock: &mut TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if sock.write_all(PLAIN_HTTP_400).await.is_err() || sock.shutdown().await.is_err() {
+        return;
+    }
+    let mut scratch = [0u8; 1024];
+    let mut budget: usize = 64 * 1024;
+    while budget > 0 {
+        match sock.read(&mut scratch).await {
+            Ok(n) if n > 0 => budget = budget.saturating_sub(n),
+            _ => break,
+        }
+    }
 }
 
 /// Hand the record keys to the kernel: TX, then RX.

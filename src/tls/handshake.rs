@@ -9,12 +9,19 @@
 //! the user-space path the tickets are handed on unsent instead, so that they
 //! share a write (and a trip through loopback or the NIC) with the first
 //! response.
+//!
+//! Before rustls sees anything, the whole ClientHello is read (however many
+//! records it spans) for what tlsfront checks itself (see `hello`), and a
+//! client that speaks plaintext to the port is told apart.
 
+use super::hello::{self, Gathered, Refusal};
 use super::outbuf::OutBuf;
 use super::ServerConfigs;
 use crate::transport::{try_read_drained, TransportError};
+use rustls::internal::msgs::enums::AlertLevel;
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, UnbufferedStatus};
+use rustls::{AlertDescription, ContentType, ProtocolVersion};
 use std::io;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -45,8 +52,26 @@ pub struct Handshaken {
 pub enum HandshakeError {
     #[error("client closed the connection during the handshake")]
     Eof,
+    /// The first byte is an ASCII letter, which no TLS record starts with:
+    /// a plaintext client (HTTP, most likely).
+    #[error("plaintext on the TLS port")]
+    NotTls,
+    #[error("ClientHello refused: {0}")]
+    Refused(#[from] Refusal),
     #[error(transparent)]
     Transport(#[from] TransportError),
+}
+
+impl HandshakeError {
+    /// The metrics label of a failure worth telling apart (refusals by
+    /// tlsfront's own checks; the rest count as failed handshakes only).
+    pub fn label(&self) -> Option<&'static str> {
+        match self {
+            HandshakeError::NotTls => Some("plaintext_on_tls_port"),
+            HandshakeError::Refused(r) => Some(r.label()),
+            _ => None,
+        }
+    }
 }
 
 impl From<io::Error> for HandshakeError {
@@ -77,8 +102,18 @@ pub async fn handshake(
     // connection that goes idle after its handshake keeps little memory.
     let mut incoming = vec![0u8; 2048];
     let mut used = read_more(sock, &mut incoming, 0, record_by_record).await?;
-    // The ClientHello picks the configuration; rustls checks it properly.
+    // The whole ClientHello first, for the checks below: it may span
+    // records (read one by one, so still nothing past the handshake).
+    while hello::gather(&incoming[..used]) == Gathered::Partial {
+        used += read_more(sock, &mut incoming, used, record_by_record).await?;
+    }
+    // The ClientHello picks the configuration; rustls checks it properly,
+    // except for what `hello` refuses.
     let (config, hello) = configs.for_client_hello(&incoming[..used]);
+    if let Some(refusal) = hello.refusal {
+        send_plaintext_alert(sock, refusal.alert());
+        return Err(refusal.into());
+    }
     let sni = hello.sni;
     let mut conn = UnbufferedServerConnection::new(config)?;
     let mut outgoing = OutBuf::default();
@@ -92,7 +127,10 @@ pub async fn handshake(
             Ok(s) => s,
             Err(e) => {
                 // Tell the client why, if rustls queued an alert.
-                flush_alert(sock, &mut conn, &mut outgoing).await;
+                queue_alert(&mut conn, &mut incoming[..used], discard, &mut outgoing);
+                if !outgoing.is_empty() {
+                    let _ = sock.try_write(outgoing.data());
+                }
                 return Err(e.into());
             }
         };
@@ -155,24 +193,44 @@ pub async fn handshake(
     }
 }
 
-/// After a handshake error rustls may have queued an alert: send it, best
-/// effort, without waiting on a slow peer.
-async fn flush_alert(
-    sock: &mut TcpStream,
+/// After `process_tls_records(incoming)` returned an error with `discard`:
+/// take the alert rustls queued, if any, into `out` (the caller writes it
+/// best effort, without waiting on the peer). Called once: the connection
+/// is dead after it. rustls' buffer contract holds here too
+/// (`UnbufferedStatus::discard`): the discard is applied and the rest of
+/// the same buffer passed again, because its handshake deframer keeps
+/// positions relative to that buffer (an empty buffer made it index out of
+/// range and panic).
+pub(crate) fn queue_alert(
     conn: &mut UnbufferedServerConnection,
+    incoming: &mut [u8],
+    discard: usize,
     out: &mut OutBuf,
 ) {
-    for _ in 0..4 {
-        let UnbufferedStatus { state, .. } = conn.process_tls_records(&mut []);
-        match state {
-            Ok(ConnectionState::EncodeTlsData(mut enc)) => out.encode(&mut enc),
-            Ok(ConnectionState::TransmitTlsData(tx)) => tx.done(),
-            _ => break,
-        }
+    let start = discard.min(incoming.len());
+    // One round: a queued alert comes back at once, as one record. Nothing
+    // after it: rustls does not ask for its transmission after an error,
+    // and another round would meet the error again (a second fatal alert,
+    // which rustls debug-asserts against).
+    let UnbufferedStatus { state, .. } = conn.process_tls_records(&mut incoming[start..]);
+    if let Ok(ConnectionState::EncodeTlsData(mut enc)) = state {
+        out.encode(&mut enc);
     }
-    if !out.is_empty() {
-        let _ = sock.try_write(out.data());
-    }
+}
+
+/// A fatal alert before any key exists (a plaintext record), best effort.
+fn send_plaintext_alert(sock: &TcpStream, alert: AlertDescription) {
+    let v = ProtocolVersion::TLSv1_2.to_array();
+    let record = [
+        u8::from(ContentType::Alert),
+        v[0],
+        v[1],
+        0,
+        2,
+        u8::from(AlertLevel::Fatal),
+        u8::from(alert),
+    ];
+    let _ = sock.try_write(&record);
 }
 
 /// Read after `buf[..used]`: exactly one more record, or whatever has
@@ -206,6 +264,7 @@ async fn read_some(
         sock.readable().await?;
         match try_read_drained(sock, &mut buf[used..]) {
             Ok(0) => return Err(HandshakeError::Eof),
+            Ok(_) if used == 0 && !starts_like_tls(buf[0]) => return Err(HandshakeError::NotTls),
             Ok(n) => return Ok(n),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e.into()),
@@ -253,9 +312,91 @@ async fn read_one_record(
         sock.readable().await?;
         match try_read_drained(sock, &mut buf[have..want]) {
             Ok(0) => return Err(HandshakeError::Eof),
+            Ok(_) if have == 0 && !starts_like_tls(buf[0]) => return Err(HandshakeError::NotTls),
             Ok(n) => have += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e.into()),
         }
+    }
+}
+
+/// No TLS record starts with an ASCII letter (content types are 20-24);
+/// every HTTP/1 request does. Other bytes are left to rustls to refuse.
+fn starts_like_tls(first: u8) -> bool {
+    !first.is_ascii_alphabetic()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    fn server() -> UnbufferedServerConnection {
+        let (cert, key) = crate::config::cert::self_signed().unwrap();
+        let chain = vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()];
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+        let configs = super::super::server_config(chain, key, &Default::default()).unwrap();
+        let (config, _) = configs.for_client_hello(&[]);
+        UnbufferedServerConnection::new(config).unwrap()
+    }
+
+    fn record(typ: u8, payload: &[u8]) -> Vec<u8> {
+        let mut r = vec![typ, 3, 1];
+        r.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+        r.extend_from_slice(payload);
+        r
+    }
+
+    /// Drive rustls over `input` as the handshake does, then fetch the
+    /// alert the way the handshake does after an error.
+    fn alert_after(input: &mut [u8]) -> (rustls::Error, Vec<u8>) {
+        let mut conn = server();
+        let mut out = OutBuf::default();
+        let mut used = input.len();
+        loop {
+            let UnbufferedStatus { discard, state } = conn.process_tls_records(&mut input[..used]);
+            match state {
+                Err(e) => {
+                    queue_alert(&mut conn, &mut input[..used], discard, &mut out);
+                    return (e, out.data().to_vec());
+                }
+                Ok(ConnectionState::EncodeTlsData(mut enc)) => out.encode(&mut enc),
+                Ok(ConnectionState::TransmitTlsData(tx)) => {
+                    tx.done();
+                    out.consume(out.len());
+                }
+                Ok(_) => panic!("rustls wants more input: the case does not fail"),
+            }
+            input.copy_within(discard..used, 0);
+            used -= discard;
+        }
+    }
+
+    /// The start of a ClientHello: enough for rustls' handshake deframer to
+    /// hold a partial message when the next record breaks the rules.
+    const HELLO_START: [u8; 8] = [1, 0, 0, 200, 3, 3, 0, 0];
+
+    #[test]
+    fn an_error_that_queues_no_alert_does_not_panic() {
+        // A ClientHello fragment, then a ChangeCipherSpec in the middle of
+        // it: rustls refuses with no alert, and fetching that (absent)
+        // alert with an empty buffer once made it panic.
+        let mut input = record(22, &HELLO_START);
+        input.extend_from_slice(&record(20, &[1]));
+        let (e, alert) = alert_after(&mut input);
+        assert!(matches!(e, rustls::Error::PeerMisbehaved(_)), "{e:?}");
+        assert!(alert.is_empty(), "{alert:?}");
+    }
+
+    #[test]
+    fn an_error_with_an_alert_sends_it_once() {
+        // A record type that does not exist: decode_error, one record.
+        let mut input = record(22, &HELLO_START);
+        input.extend_from_slice(&record(99, &[1]));
+        let (_, alert) = alert_after(&mut input);
+        let fatal = u8::from(AlertLevel::Fatal);
+        let desc = u8::from(AlertDescription::DecodeError);
+        assert_eq!(alert, [21, 3, 3, 0, 2, fatal, desc]);
     }
 }

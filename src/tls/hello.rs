@@ -1,17 +1,25 @@
 //! What tlsfront needs from a ClientHello before rustls sees it: the server
 //! name (SNI; rustls 0.23's unbuffered server connection has no accessor for
-//! it, and the PROXY v2 authority TLV needs it) and whether the client offers
+//! it, and the PROXY v2 authority TLV needs it), whether the client offers
 //! a ticket to resume with (which picks the configuration, see
-//! [`super::ServerConfigs`]). Read from the first handshake record,
-//! bounds-checked at every step; anything unexpected (a ClientHello split
-//! across records, a malformed message, which rustls rejects itself) gives
-//! the defaults: no name, no offer.
+//! [`super::ServerConfigs`]), and the checks rustls 0.23 does not make on a
+//! ClientHello ([`Refusal`]). Read from the whole ClientHello message, put
+//! together from as many handshake records as it spans ([`gather`]), so a
+//! split ClientHello cannot slip past the checks. Bounds-checked at every
+//! step; anything unexpected (a malformed message, which rustls rejects
+//! itself) gives the defaults: no name, no offer, no refusal.
 
-const HANDSHAKE: u8 = 22;
-const CLIENT_HELLO: u8 = 1;
-const EXT_SERVER_NAME: u16 = 0;
-const EXT_PRE_SHARED_KEY: u16 = 41;
+use rustls::internal::msgs::enums::ExtensionType;
+use rustls::{AlertDescription, CipherSuite, ContentType, HandshakeType, ProtocolVersion};
+use std::borrow::Cow;
+
+/// RFC 7507's signalling suite value: rustls has no name for it.
+const TLS_FALLBACK_SCSV: CipherSuite = CipherSuite::Unknown(0x5600);
+/// SNI's `NameType` for a host name (RFC 6066 §3).
 const HOST_NAME: u8 = 0;
+/// The largest handshake message rustls accepts (a 16-bit length); a
+/// longer one is left to rustls to refuse.
+const MAX_MESSAGE: usize = 4 + 0xffff;
 
 struct Reader<'a>(&'a [u8]);
 
@@ -40,6 +48,42 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Why tlsfront refuses a ClientHello that rustls 0.23 would go on with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// `legacy_version` SSL 3.0 or older: nothing tlsfront speaks.
+    #[error("ClientHello legacy_version {0:#06x} (SSL 3.0 or older)")]
+    ObsoleteVersion(u16),
+    /// `TLS_FALLBACK_SCSV` from a client that does not offer TLS 1.3,
+    /// which we support: a downgraded retry (RFC 7507 §3).
+    #[error("TLS_FALLBACK_SCSV from a client that does not offer TLS 1.3 (RFC 7507)")]
+    InappropriateFallback,
+    /// A non-empty `renegotiation_info` in an initial ClientHello (RFC 5746
+    /// §3.6: the handshake MUST be aborted).
+    #[error("non-empty renegotiation_info in an initial ClientHello (RFC 5746)")]
+    Renegotiation,
+}
+
+impl Refusal {
+    /// The fatal alert the RFCs prescribe.
+    pub fn alert(self) -> AlertDescription {
+        match self {
+            Refusal::ObsoleteVersion(_) => AlertDescription::ProtocolVersion,
+            Refusal::InappropriateFallback => AlertDescription::InappropriateFallback,
+            Refusal::Renegotiation => AlertDescription::HandshakeFailure,
+        }
+    }
+
+    /// The metrics label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::ObsoleteVersion(_) => "hello_obsolete_version",
+            Refusal::InappropriateFallback => "hello_inappropriate_fallback",
+            Refusal::Renegotiation => "hello_renegotiation_info",
+        }
+    }
+}
+
 /// The parts of a ClientHello tlsfront looks at.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Hello {
@@ -47,40 +91,139 @@ pub struct Hello {
     pub sni: Option<String>,
     /// A `pre_shared_key` extension: the client tries to resume.
     pub offers_psk: bool,
+    /// tlsfront ends the handshake with this refusal's alert.
+    pub refusal: Option<Refusal>,
 }
 
-/// Read a ClientHello from the first handshake record.
-pub fn from_record(record: &[u8]) -> Hello {
+/// The ClientHello at the start of the bytes a client sent.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Gathered<'a> {
+    /// The whole handshake message, header included: borrowed when one
+    /// record holds it, joined from the record payloads when it is split.
+    Whole(Cow<'a, [u8]>),
+    /// Its records so far are whole or cut short: read more.
+    Partial,
+    /// Not a handshake message in handshake records (another record type
+    /// between its fragments, an empty fragment, a message too long):
+    /// rustls decides.
+    Unreadable,
+}
+
+/// Put together the handshake message at the front of `records`, TLS
+/// records back to back as read from the socket.
+pub fn gather(records: &[u8]) -> Gathered<'_> {
+    let mut rest = Reader(records);
+    let mut first: &[u8] = &[];
+    let mut joined: Option<Vec<u8>> = None;
+    loop {
+        let have = joined.as_ref().map_or(first.len(), Vec::len);
+        let msg = joined.as_deref().unwrap_or(first);
+        if have >= 4 {
+            let want = 4 + u32::from_be_bytes([0, msg[1], msg[2], msg[3]]) as usize;
+            if want > MAX_MESSAGE {
+                return Gathered::Unreadable;
+            }
+            if have >= want {
+                return Gathered::Whole(match joined {
+                    Some(mut v) => {
+                        v.truncate(want);
+                        Cow::Owned(v)
+                    }
+                    None => Cow::Borrowed(&first[..want]),
+                });
+            }
+        }
+        let Some(typ) = rest.u8() else {
+            return Gathered::Partial;
+        };
+        if typ != u8::from(ContentType::Handshake) {
+            return Gathered::Unreadable;
+        }
+        let (Some(_version), Some(payload)) = (rest.take(2), rest.vec16()) else {
+            return Gathered::Partial;
+        };
+        if payload.is_empty() {
+            // Not allowed (RFC 8446 §5.1): rustls refuses it at once,
+            // where waiting for more would hold the connection.
+            return Gathered::Unreadable;
+        }
+        if first.is_empty() && joined.is_none() {
+            first = payload;
+        } else {
+            joined
+                .get_or_insert_with(|| first.to_vec())
+                .extend_from_slice(payload);
+        }
+    }
+}
+
+/// Read a ClientHello from the records a client sent (defaults if they do
+/// not hold a whole one).
+pub fn from_records(records: &[u8]) -> Hello {
+    match gather(records) {
+        Gathered::Whole(msg) => from_message(&msg),
+        _ => Hello::default(),
+    }
+}
+
+/// Read a whole ClientHello handshake message.
+pub fn from_message(msg: &[u8]) -> Hello {
     let mut hello = Hello::default();
-    let _ = parse(record, &mut hello);
+    let _ = parse(msg, &mut hello);
     hello
 }
 
-fn parse(record: &[u8], hello: &mut Hello) -> Option<()> {
-    let mut r = Reader(record);
-    if r.u8()? != HANDSHAKE {
+fn parse(msg: &[u8], hello: &mut Hello) -> Option<()> {
+    let mut m = Reader(msg);
+    if m.u8()? != u8::from(HandshakeType::ClientHello) {
         return None;
     }
-    r.take(2)?; // legacy record version
-    let mut body = Reader(r.vec16()?);
-    if body.u8()? != CLIENT_HELLO {
-        return None;
-    }
-    body.take(3)?; // handshake length (the record may hold only part)
-    body.take(2 + 32)?; // legacy version, random
+    m.take(3)?; // length: `gather` cut the message to it
+    let mut body = m;
+    let legacy_version = body.u16()?;
+    body.take(32)?; // random
     body.vec8()?; // session id
-    body.vec16()?; // cipher suites
+    let suites = body.vec16()?;
     body.vec8()?; // compression methods
-    let mut exts = Reader(body.vec16()?);
+                  // No extensions at all is a valid (TLS 1.2) ClientHello.
+    let exts = if body.0.is_empty() {
+        &[][..]
+    } else {
+        body.vec16()?
+    };
+    let mut exts = Reader(exts);
+    let mut offers_tls13 = false;
+    let mut renegotiating = false;
     while !exts.0.is_empty() {
-        let typ = exts.u16()?;
+        let typ = ExtensionType::from(exts.u16()?);
         let data = exts.vec16()?;
         match typ {
-            EXT_SERVER_NAME => hello.sni = host_name(data),
-            EXT_PRE_SHARED_KEY => hello.offers_psk = true,
+            ExtensionType::ServerName => hello.sni = host_name(data),
+            ExtensionType::PreSharedKey => hello.offers_psk = true,
+            ExtensionType::SupportedVersions => {
+                let mut list = Reader(Reader(data).vec8()?);
+                while let Some(v) = list.u16() {
+                    offers_tls13 |= ProtocolVersion::from(v) == ProtocolVersion::TLSv1_3;
+                }
+            }
+            ExtensionType::RenegotiationInfo => {
+                renegotiating = Reader(data).vec8().is_some_and(|v| !v.is_empty());
+            }
             _ => {}
         }
     }
+    let fallback = suites
+        .chunks_exact(2)
+        .any(|s| CipherSuite::from(u16::from_be_bytes([s[0], s[1]])) == TLS_FALLBACK_SCSV);
+    hello.refusal = if legacy_version <= u16::from(ProtocolVersion::SSLv3) {
+        Some(Refusal::ObsoleteVersion(legacy_version))
+    } else if fallback && !offers_tls13 {
+        Some(Refusal::InappropriateFallback)
+    } else if renegotiating {
+        Some(Refusal::Renegotiation)
+    } else {
+        None
+    };
     Some(())
 }
 
@@ -104,81 +247,250 @@ fn host_name(ext: &[u8]) -> Option<String> {
 mod tests {
     use super::*;
 
-    fn client_hello(sni: Option<&str>) -> Vec<u8> {
-        client_hello_with(sni, false)
+    const EXT_SERVER_NAME: u16 = 0;
+    const EXT_SUPPORTED_VERSIONS: u16 = 43;
+    const EXT_PRE_SHARED_KEY: u16 = 41;
+    const EXT_RENEGOTIATION_INFO: u16 = 0xff01;
+
+    /// A ClientHello message (no record header).
+    struct Spec<'a> {
+        sni: Option<&'a str>,
+        psk: bool,
+        legacy_version: u16,
+        suites: &'a [u16],
+        versions: &'a [u16],
+        reneg: Option<&'a [u8]>,
     }
 
-    fn client_hello_with(sni: Option<&str>, psk: bool) -> Vec<u8> {
+    const TLS13: Spec<'static> = Spec {
+        sni: None,
+        psk: false,
+        legacy_version: 0x0303,
+        suites: &[0x1301],
+        versions: &[0x0304, 0x0303],
+        reneg: None,
+    };
+
+    fn ext(out: &mut Vec<u8>, typ: u16, data: &[u8]) {
+        out.extend_from_slice(&typ.to_be_bytes());
+        out.extend_from_slice(&(data.len() as u16).to_be_bytes());
+        out.extend_from_slice(data);
+    }
+
+    fn message(spec: &Spec<'_>) -> Vec<u8> {
         let mut exts = Vec::new();
         // An unrelated extension first.
-        exts.extend_from_slice(&[0x00, 0x0b, 0x00, 0x02, 0x01, 0x00]);
-        if let Some(name) = sni {
+        ext(&mut exts, 0x000b, &[0x01, 0x00]);
+        if let Some(name) = spec.sni {
             let mut entry = vec![HOST_NAME];
             entry.extend_from_slice(&(name.len() as u16).to_be_bytes());
             entry.extend_from_slice(name.as_bytes());
             let mut list = (entry.len() as u16).to_be_bytes().to_vec();
             list.extend_from_slice(&entry);
-            exts.extend_from_slice(&EXT_SERVER_NAME.to_be_bytes());
-            exts.extend_from_slice(&(list.len() as u16).to_be_bytes());
-            exts.extend_from_slice(&list);
+            ext(&mut exts, EXT_SERVER_NAME, &list);
         }
-        if psk {
+        if !spec.versions.is_empty() {
+            let mut list = vec![(spec.versions.len() * 2) as u8];
+            for v in spec.versions {
+                list.extend_from_slice(&v.to_be_bytes());
+            }
+            ext(&mut exts, EXT_SUPPORTED_VERSIONS, &list);
+        }
+        if let Some(r) = spec.reneg {
+            let mut data = vec![r.len() as u8];
+            data.extend_from_slice(r);
+            ext(&mut exts, EXT_RENEGOTIATION_INFO, &data);
+        }
+        if spec.psk {
             // One identity (4 bytes, age 0), one 32-byte binder.
-            let mut ext = vec![0, 10, 0, 4, 1, 2, 3, 4, 0, 0, 0, 0];
-            ext.extend_from_slice(&[0, 33, 32]);
-            ext.extend_from_slice(&[9; 32]);
-            exts.extend_from_slice(&EXT_PRE_SHARED_KEY.to_be_bytes());
-            exts.extend_from_slice(&(ext.len() as u16).to_be_bytes());
-            exts.extend_from_slice(&ext);
+            let mut data = vec![0, 10, 0, 4, 1, 2, 3, 4, 0, 0, 0, 0];
+            data.extend_from_slice(&[0, 33, 32]);
+            data.extend_from_slice(&[9; 32]);
+            ext(&mut exts, EXT_PRE_SHARED_KEY, &data);
         }
-        let mut body = vec![0x03, 0x03];
+        let mut body = spec.legacy_version.to_be_bytes().to_vec();
         body.extend_from_slice(&[7; 32]);
         body.extend_from_slice(&[0]); // session id
-        body.extend_from_slice(&[0, 2, 0x13, 0x01]); // one suite
+        body.extend_from_slice(&((spec.suites.len() * 2) as u16).to_be_bytes());
+        for s in spec.suites {
+            body.extend_from_slice(&s.to_be_bytes());
+        }
         body.extend_from_slice(&[1, 0]); // null compression
         body.extend_from_slice(&(exts.len() as u16).to_be_bytes());
         body.extend_from_slice(&exts);
-        let mut hs = vec![CLIENT_HELLO];
+        let mut hs = vec![1];
         hs.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
         hs.extend_from_slice(&body);
-        let mut rec = vec![HANDSHAKE, 3, 1];
-        rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
-        rec.extend_from_slice(&hs);
-        rec
+        hs
+    }
+
+    /// `msg` in handshake records of at most `fragment` bytes each.
+    fn records(msg: &[u8], fragment: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        for part in msg.chunks(fragment) {
+            out.extend_from_slice(&[22, 3, 1]);
+            out.extend_from_slice(&(part.len() as u16).to_be_bytes());
+            out.extend_from_slice(part);
+        }
+        out
+    }
+
+    fn hello(spec: &Spec<'_>) -> Hello {
+        from_records(&records(&message(spec), 16384))
     }
 
     #[test]
     fn finds_the_host_name() {
-        assert_eq!(
-            from_record(&client_hello(Some("Example.COM")))
-                .sni
-                .as_deref(),
-            Some("example.com")
-        );
-        assert_eq!(from_record(&client_hello(None)), Hello::default());
+        let h = hello(&Spec {
+            sni: Some("Example.COM"),
+            ..TLS13
+        });
+        assert_eq!(h.sni.as_deref(), Some("example.com"));
+        assert_eq!(hello(&TLS13), Hello::default());
     }
 
     #[test]
     fn sees_a_resumption_offer() {
-        let h = from_record(&client_hello_with(Some("a.test"), true));
+        let with = Spec {
+            sni: Some("a.test"),
+            psk: true,
+            ..TLS13
+        };
+        let h = hello(&with);
         assert_eq!(h.sni.as_deref(), Some("a.test"));
         assert!(h.offers_psk);
-        assert!(!from_record(&client_hello_with(Some("a.test"), false)).offers_psk);
+        assert!(!hello(&Spec { psk: false, ..with }).offers_psk);
         // A truncated record gives the defaults.
-        let full = client_hello_with(None, true);
-        assert!(!from_record(&full[..full.len() - 10]).offers_psk);
+        let full = records(&message(&with), 16384);
+        assert!(!from_records(&full[..full.len() - 10]).offers_psk);
+    }
+
+    #[test]
+    fn a_split_client_hello_is_read_whole() {
+        let spec = Spec {
+            sni: Some("split.test"),
+            suites: &[0xc02f, 0x5600],
+            versions: &[0x0303],
+            ..TLS13
+        };
+        let msg = message(&spec);
+        for fragment in [1, 2, 7, 40, msg.len() - 1] {
+            let recs = records(&msg, fragment);
+            assert_eq!(gather(&recs), Gathered::Whole(Cow::Borrowed(&msg[..])));
+            let h = from_records(&recs);
+            assert_eq!(h.sni.as_deref(), Some("split.test"), "{fragment}");
+            assert_eq!(h.refusal, Some(Refusal::InappropriateFallback));
+            // Any prefix is still partial: read more before deciding.
+            for cut in [0, 3, 5, recs.len() - 1] {
+                assert_eq!(gather(&recs[..cut]), Gathered::Partial, "{fragment} {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn other_records_or_huge_messages_are_left_to_rustls() {
+        let msg = message(&TLS13);
+        let mut recs = records(&msg[..10], 16384);
+        recs.extend_from_slice(&[23, 3, 3, 0, 0]);
+        recs.extend_from_slice(&records(&msg[10..], 16384));
+        assert_eq!(gather(&recs), Gathered::Unreadable);
+        // A ClientHello that claims more than a 16-bit length.
+        let huge = records(&[1, 1, 0, 0], 16384);
+        assert_eq!(gather(&huge), Gathered::Unreadable);
+        assert_eq!(gather(b"GET / HTTP/1.1"), Gathered::Unreadable);
+        // An empty handshake record, alone or after a first fragment.
+        assert_eq!(gather(&[22, 3, 1, 0, 0]), Gathered::Unreadable);
+        let mut recs = records(&msg[..10], 16384);
+        recs.extend_from_slice(&[22, 3, 1, 0, 0]);
+        assert_eq!(gather(&recs), Gathered::Unreadable);
+    }
+
+    #[test]
+    fn refuses_what_rustls_lets_through() {
+        let cases: [(Spec<'_>, Option<Refusal>); 8] = [
+            (TLS13, None),
+            // A TLS 1.3 client may send the SCSV (a retry that still
+            // offers our best version is no downgrade).
+            (
+                Spec {
+                    suites: &[0x1301, 0x5600],
+                    ..TLS13
+                },
+                None,
+            ),
+            (
+                Spec {
+                    suites: &[0xc02f, 0x5600],
+                    versions: &[],
+                    ..TLS13
+                },
+                Some(Refusal::InappropriateFallback),
+            ),
+            (
+                Spec {
+                    suites: &[0x5600, 0x1301],
+                    versions: &[0x0303, 0x0302],
+                    ..TLS13
+                },
+                Some(Refusal::InappropriateFallback),
+            ),
+            (
+                Spec {
+                    legacy_version: 0x0300,
+                    versions: &[],
+                    ..TLS13
+                },
+                Some(Refusal::ObsoleteVersion(0x0300)),
+            ),
+            (
+                Spec {
+                    legacy_version: 0x0002,
+                    ..TLS13
+                },
+                Some(Refusal::ObsoleteVersion(0x0002)),
+            ),
+            (
+                Spec {
+                    reneg: Some(&[1, 2, 3]),
+                    ..TLS13
+                },
+                Some(Refusal::Renegotiation),
+            ),
+            // The empty renegotiation_info every initial hello may carry.
+            (
+                Spec {
+                    reneg: Some(&[]),
+                    ..TLS13
+                },
+                None,
+            ),
+        ];
+        for (spec, want) in cases {
+            assert_eq!(hello(&spec).refusal, want, "{:?}", message(&spec));
+        }
+        assert_eq!(
+            Refusal::InappropriateFallback.alert(),
+            AlertDescription::InappropriateFallback
+        );
     }
 
     #[test]
     fn never_reads_out_of_bounds() {
-        let full = client_hello(Some("example.com"));
+        let full = records(
+            &message(&Spec {
+                sni: Some("example.com"),
+                reneg: Some(&[1]),
+                ..TLS13
+            }),
+            16384,
+        );
         for cut in 0..full.len() {
-            let _ = from_record(&full[..cut]);
+            let _ = from_records(&full[..cut]);
         }
         let mut bad = full.clone();
         for i in 5..bad.len() {
             bad[i] = 0xff;
-            let _ = from_record(&bad);
+            let _ = from_records(&bad);
         }
     }
 }

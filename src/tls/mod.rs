@@ -8,6 +8,8 @@ mod hkdf;
 pub(crate) mod outbuf;
 pub mod userspace;
 
+pub use hello::Refusal;
+
 use rustls::crypto::{aws_lc_rs, CryptoProvider};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::ServerSessionMemoryCache;
@@ -86,8 +88,8 @@ pub struct ServerConfigs {
 }
 
 impl ServerConfigs {
-    /// The configuration for a connection whose ClientHello is `record`,
-    /// and what the ClientHello says.
+    /// The configuration for a connection whose ClientHello is in
+    /// `records`, and what the ClientHello says.
     ///
     /// A client that offers a ticket gets at most one new ticket, as from
     /// OpenSSL: it keeps one ticket per resumption, and each ticket costs an
@@ -95,8 +97,8 @@ impl ServerConfigs {
     /// handshake, so the choice is made here, before rustls sees the hello.
     /// (An offered ticket that turns out stale still means a full
     /// handshake, with one ticket instead of two: harmless.)
-    pub fn for_client_hello(&self, record: &[u8]) -> (Arc<ServerConfig>, hello::Hello) {
-        let hello = hello::from_record(record);
+    pub fn for_client_hello(&self, records: &[u8]) -> (Arc<ServerConfig>, hello::Hello) {
+        let hello = hello::from_records(records);
         let cfg = if hello.offers_psk {
             &self.resuming
         } else {
@@ -136,7 +138,7 @@ pub fn server_config(
 /// The ClientHello reader, for the parser robustness tests.
 #[cfg(test)]
 pub(crate) fn sni_for_tests(record: &[u8]) -> Option<String> {
-    hello::from_record(record).sni
+    hello::from_records(record).sni
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 //! takes them, not ahead of it), and after a moment without progress the
 //! output queue gives back its spare room.
 
-use super::handshake::{Handshaken, MAX_RECORD};
+use super::handshake::{queue_alert, Handshaken, MAX_RECORD};
 use super::outbuf::OutBuf;
 use crate::transport::{Path, Transport, TransportError};
 use rustls::server::UnbufferedServerConnection;
@@ -73,6 +73,9 @@ pub struct UserTls {
     /// buffer per read takes.
     streaming: bool,
     peer_closed: bool,
+    /// rustls failed and its alert went out: it must not be driven again
+    /// (it would meet the same error and queue a second fatal alert).
+    failed: bool,
     stall: Duration,
 }
 
@@ -102,6 +105,7 @@ impl UserTls {
             tickets_held,
             streaming: false,
             peer_closed,
+            failed: false,
             stall,
         }
     }
@@ -114,12 +118,19 @@ impl UserTls {
     /// output (alerts, KeyUpdate replies), and do `want` once rustls allows
     /// writing.
     fn step(&mut self, want: Want<'_>) -> Result<(), TransportError> {
+        if self.failed {
+            return Err(TransportError::Protocol("connection already failed"));
+        }
         loop {
             let UnbufferedStatus { discard, state } = self
                 .conn
                 .process_tls_records(&mut self.inbuf[..self.in_len]);
+            let state = match state {
+                Ok(s) => s,
+                Err(e) => return Err(self.fail(discard, e)),
+            };
             let mut finished = false;
-            match state? {
+            match state {
                 ConnectionState::ReadTraffic(mut rt) => {
                     while let Some(rec) = rt.next_record() {
                         self.plain.extend_from_slice(rec?.payload);
@@ -170,6 +181,22 @@ impl UserTls {
                 return Ok(());
             }
         }
+    }
+
+    /// rustls failed on the client's input (a record that does not decrypt
+    /// or is too long, say): send the fatal alert it queued, as the RFCs
+    /// require (RFC 8446 §5.2, RFC 5246 §6.2.3.3), without waiting for a
+    /// slow peer, after whatever was queued before it.
+    fn fail(&mut self, discard: usize, e: rustls::Error) -> TransportError {
+        self.failed = true;
+        queue_alert(
+            &mut self.conn,
+            &mut self.inbuf[..self.in_len],
+            discard,
+            &mut self.out,
+        );
+        let _ = self.try_flush();
+        e.into()
     }
 
     // ---- The synchronous core, used directly by the proxy's relay loop.

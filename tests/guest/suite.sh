@@ -3,7 +3,9 @@
 # the nginx + OpenSSL reference first (proves this kernel does kTLS for a
 # known-good peer), then tlsfront's end-to-end suite with kTLS required:
 # every connection must be offloaded (TX and RX), bodies must match, and
-# /proc/net/tls_stat must show no decrypt errors.
+# /proc/net/tls_stat must show no decrypt errors. Then the TLS negative
+# suite (tests/tls/negative.py, needs tlslite-ng installed on the host),
+# whose broken records must reach the kernel's decrypt path.
 # Usage: tests/guest/suite.sh TEST_BINARY...   (the serve and proxy suites)
 set -euo pipefail
 (($#)) || { echo "usage: suite.sh TEST_BINARY..." >&2; exit 2; }
@@ -22,3 +24,7 @@ for bin in "$@"; do
 done
 echo "== /proc/net/tls_stat after the suite"
 cat /proc/net/tls_stat
+
+# Last: its corrupted records count as decrypt errors, on purpose.
+echo "== TLS negative suite with kTLS required"
+TLSFRONT_EXPECT_KTLS=1 python3 tests/tls/negative.py --bin target/debug/tlsfront

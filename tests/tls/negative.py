@@ -1,0 +1,441 @@
+#!/usr/bin/env python3
+"""tests/tls/negative.py — TLS negative tests against a running tlsfront.
+
+Owns the peer side of what tlsfront must refuse and how: it starts
+`tlsfront serve` and `tlsfront proxy` (an ECDSA and an RSA certificate
+each) and plays clients that break the protocol, with records built by
+hand (before the handshake) or tlslite-ng (after it, where the records are
+encrypted). Each case asserts the exact alert received (or the 400 page),
+that the connection was closed, and that the server still serves; at the
+end no server may have printed a panic.
+
+Usage: python3 tests/tls/negative.py [--bin PATH]  (default target/debug/tlsfront)
+Needs: openssl (certificates), tlslite-ng (pip). With TLSFRONT_EXPECT_KTLS=1
+(the kTLS guest) the post-handshake cases must also show up as kernel
+decrypt errors in /proc/net/tls_stat. Ends with "N passed, M failed".
+"""
+
+import os
+import re
+import socket
+import ssl
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+
+from tlslite.api import HandshakeSettings, TLSConnection
+from tlslite.errors import TLSAbruptCloseError, TLSRemoteAlert
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Bounds a broken server, not what is measured: every wait ends on data or EOF.
+SAFETY = 20
+
+# TLS constants (RFC 8446 §5.1, §6, §B.3).
+HANDSHAKE, ALERT, APPDATA, CCS = 22, 21, 23, 20
+BAD_RECORD_MAC, RECORD_OVERFLOW, HANDSHAKE_FAILURE = 20, 22, 40
+DECODE_ERROR, PROTOCOL_VERSION, INAPPROPRIATE_FALLBACK = 50, 70, 86
+UNEXPECTED_MESSAGE = 10
+NAMES = {
+    0: "close_notify", 10: "unexpected_message", 20: "bad_record_mac",
+    22: "record_overflow", 40: "handshake_failure", 47: "illegal_parameter",
+    50: "decode_error", 70: "protocol_version", 80: "internal_error",
+    86: "inappropriate_fallback",
+}
+
+KTLS = os.environ.get("TLSFRONT_EXPECT_KTLS") == "1"
+
+
+def alert_name(d):
+    return f"{NAMES.get(d, 'alert')}({d})"
+
+
+# ---- Certificates and servers ------------------------------------------------
+
+def make_cert(d, kind):
+    cert, key = os.path.join(d, f"{kind}.crt"), os.path.join(d, f"{kind}.key")
+    newkey = "rsa:2048" if kind == "rsa" else "ec"
+    extra = [] if kind == "rsa" else ["-pkeyopt", "ec_paramgen_curve:P-256"]
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", newkey, *extra, "-nodes", "-days", "2",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+         "-keyout", key, "-out", cert],
+        check=True, capture_output=True)
+    return cert, key
+
+
+def echo_backend():
+    """A plain-TCP echo server for the proxy; returns its port."""
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(64)
+
+    def serve(c):
+        with c:
+            while True:
+                try:
+                    b = c.recv(65536)
+                except OSError:
+                    return
+                if not b:
+                    return
+                c.sendall(b)
+
+    def loop():
+        while True:
+            c, _ = ls.accept()
+            threading.Thread(target=serve, args=(c,), daemon=True).start()
+
+    threading.Thread(target=loop, daemon=True).start()
+    return ls.getsockname()[1]
+
+
+class Server:
+    def __init__(self, binary, mode, kind, tmp):
+        self.mode, self.kind = mode, kind
+        self.cert, key = make_cert(tmp, kind)
+        args = [binary, mode]
+        if mode == "serve":
+            www = os.path.join(tmp, "www")
+            os.makedirs(www, exist_ok=True)
+            with open(os.path.join(www, "hello.txt"), "w") as f:
+                f.write("hello world\n")
+            args.append(www)
+        else:
+            args += ["--backend", f"127.0.0.1:{echo_backend()}"]
+        args += ["--listen", "127.0.0.1:0", "--cert", self.cert, "--key", key,
+                 "--workers", "1"]
+        if KTLS:
+            args += ["--ktls", "require"]
+        env = dict(os.environ, XDG_DATA_HOME=tmp)
+        self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, env=env)
+        self.out, self.err = [], []
+        self.port = 0
+        for line in self.p.stdout:
+            self.out.append(line)
+            m = re.search(r"https://127\.0\.0\.1:(\d+)", line)
+            if m and not self.port:
+                self.port = int(m.group(1))
+            if line.startswith("kTLS:"):
+                break
+        if not self.port:
+            raise RuntimeError(f"tlsfront {mode} did not start: {self.out} {self.p.stderr.read()}")
+        for stream, sink in ((self.p.stdout, self.out), (self.p.stderr, self.err)):
+            threading.Thread(target=lambda s=stream, k=sink: k.extend(s), daemon=True).start()
+
+    def name(self):
+        return f"{self.mode}/{self.kind}"
+
+    def stop(self):
+        """Stop it (SIGTERM: it drains and prints its counters): (stdout, stderr)."""
+        self.p.terminate()
+        self.p.wait(SAFETY)
+        return "".join(self.out), "".join(self.err)
+
+    def alive(self):
+        """A good client still gets served."""
+        ctx = ssl.create_default_context(cafile=self.cert)
+        with socket.create_connection(("127.0.0.1", self.port), timeout=SAFETY) as raw:
+            with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                if self.mode == "serve":
+                    s.sendall(b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                    want = b"hello world\n"
+                else:
+                    s.sendall(b"ping\n")
+                    want = b"ping\n"
+                got = b""
+                while not got.endswith(want):
+                    b = s.recv(65536)
+                    if not b:
+                        break
+                    got += b
+        assert got.endswith(want), f"server no longer serves: {got[:200]!r}"
+        if self.mode == "serve":
+            assert got.startswith(b"HTTP/1.1 200"), got[:200]
+
+
+# ---- Records built by hand ---------------------------------------------------
+
+def record(ct, payload, version=b"\x03\x01"):
+    return bytes([ct]) + version + struct.pack(">H", len(payload)) + payload
+
+
+def ext(typ, data):
+    return struct.pack(">HH", typ, len(data)) + data
+
+
+def client_hello(legacy=0x0303, suites=(0x1301, 0x1302, 0x1303, 0xC02B, 0xC02F),
+                 versions=(0x0304, 0x0303), reneg=b"", extra=b""):
+    """A ClientHello handshake message rustls accepts, unless told otherwise.
+    `versions` empty: no supported_versions (a TLS 1.2 client)."""
+    name = b"localhost"
+    exts = ext(0, struct.pack(">HBH", len(name) + 3, 0, len(name)) + name)
+    exts += ext(10, struct.pack(">H", 4) + struct.pack(">HH", 0x001D, 0x0017))  # groups
+    exts += ext(11, b"\x01\x00")  # ec_point_formats
+    sigs = (0x0403, 0x0804, 0x0401, 0x0503, 0x0805, 0x0501)
+    exts += ext(13, struct.pack(">H", 2 * len(sigs)) + b"".join(struct.pack(">H", s) for s in sigs))
+    exts += ext(23, b"")  # extended_master_secret
+    if versions:
+        exts += ext(43, bytes([2 * len(versions)]) + b"".join(struct.pack(">H", v) for v in versions))
+        share = struct.pack(">HH", 0x001D, 32) + os.urandom(32)
+        exts += ext(51, struct.pack(">H", len(share)) + share)  # key_share
+    if reneg is not None:
+        exts += ext(0xFF01, bytes([len(reneg)]) + reneg)
+    exts += extra
+    body = struct.pack(">H", legacy) + os.urandom(32) + b"\x20" + os.urandom(32)
+    body += struct.pack(">H", 2 * len(suites)) + b"".join(struct.pack(">H", s) for s in suites)
+    body += b"\x01\x00" + struct.pack(">H", len(exts)) + exts
+    return b"\x01" + struct.pack(">I", len(body))[1:] + body
+
+
+def fragments(msg, size, ct=HANDSHAKE):
+    return b"".join(record(ct, msg[i:i + size]) for i in range(0, len(msg), size))
+
+
+def converse(port, data):
+    """Send `data`, read until the server closes: (records, raw bytes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=SAFETY) as s:
+        try:
+            s.sendall(data)
+        except OSError:
+            pass  # the server may close before it has read everything
+        got = b""
+        while True:
+            try:
+                b = s.recv(65536)
+            except ConnectionResetError:
+                break
+            if not b:
+                break
+            got += b
+    recs, rest = [], got
+    while len(rest) >= 5:
+        n = struct.unpack(">H", rest[3:5])[0]
+        recs.append((rest[0], rest[5:5 + n]))
+        rest = rest[5 + n:]
+    return recs, got
+
+
+def expect_plain_alert(port, data, want):
+    """The server's answer ends in fatal alert `want`; None: it closes
+    without a word (where rustls queues no alert: see the upstream list)."""
+    recs, raw = converse(port, data)
+    if want is None:
+        assert raw == b"", f"want a bare close, got records {[(ct, p[:8].hex()) for ct, p in recs]}"
+        return
+    alerts = [p for ct, p in recs if ct == ALERT]
+    assert recs and recs[-1][0] == ALERT and alerts[-1] == bytes([2, want]), (
+        f"want fatal {alert_name(want)}, got records {[(ct, p[:8].hex()) for ct, p in recs]}")
+
+
+# ---- Cases before the handshake's keys -------------------------------------------
+
+def case_interleaved_fragments(srv):
+    # The ClientHello's fragments with a CCS record between them: rustls
+    # refuses (RFC 8446 §5.1: handshake messages MUST NOT be interleaved
+    # with other record types) but queues no alert; this once panicked.
+    msg = client_hello()
+    data = record(HANDSHAKE, msg[:40]) + record(CCS, b"\x01") + record(HANDSHAKE, msg[40:])
+    expect_plain_alert(srv.port, data, None)
+
+
+def case_hello_over_64k(srv):
+    # A ClientHello whose length (in its 24-bit field) passes 64 KiB: a
+    # long suite list and a long padding extension.
+    msg = client_hello(suites=(0x1301,) + (0xC02B,) * 20000, extra=ext(21, b"\x00" * 0x8000))
+    assert len(msg) > 0x10000
+    # rustls refuses it (HandshakePayloadTooLarge) with no alert; this once
+    # panicked.
+    expect_plain_alert(srv.port, fragments(msg, 16384), None)
+
+
+def case_empty_appdata_between_fragments(srv):
+    # An empty application_data record between two fragments of the
+    # ClientHello: rustls refuses (MessageInterleavedWithHandshakeMessage)
+    # with no alert; this once panicked.
+    msg = client_hello(suites=(0x1301,))
+    data = record(HANDSHAKE, msg[:40]) + record(APPDATA, b"", b"\x03\x03") + record(HANDSHAKE, msg[40:])
+    expect_plain_alert(srv.port, data, None)
+
+
+def case_empty_handshake_record(srv):
+    # Zero-length handshake fragments are not allowed (RFC 8446 §5.1): an
+    # answer at once, not a wait for more of the ClientHello.
+    expect_plain_alert(srv.port, record(HANDSHAKE, b""), DECODE_ERROR)
+
+
+def case_empty_appdata_in_handshake(srv):
+    # TLS 1.3: after our ClientHello, an empty application_data record
+    # where the client's Finished should come. The server answers with an
+    # encrypted alert (a 2-byte alert in an AEAD record: 19 bytes).
+    data = record(HANDSHAKE, client_hello(suites=(0x1301,))) + record(APPDATA, b"", b"\x03\x03")
+    recs, _ = converse(srv.port, data)
+    assert recs and recs[0][0] == HANDSHAKE, recs[:1]
+    assert recs[-1][0] == APPDATA and len(recs[-1][1]) == 2 + 1 + 16, (
+        f"want an encrypted alert last, got {[(ct, len(p)) for ct, p in recs]}")
+
+
+def case_fallback_scsv_tls12(srv):
+    msg = client_hello(suites=(0xC02B, 0xC02F, 0x5600), versions=())
+    expect_plain_alert(srv.port, record(HANDSHAKE, msg), INAPPROPRIATE_FALLBACK)
+
+
+def case_fallback_scsv_split(srv):
+    # The SCSV in the second fragment of a split ClientHello.
+    msg = client_hello(suites=(0xC02B,) * 40 + (0x5600,), versions=())
+    expect_plain_alert(srv.port, fragments(msg, 60), INAPPROPRIATE_FALLBACK)
+
+
+def case_fallback_scsv_tls13_is_fine(srv):
+    # A client that offers TLS 1.3 may carry the SCSV: no downgrade.
+    msg = client_hello(suites=(0x1301, 0x5600))
+    recs, _ = converse(srv.port, record(HANDSHAKE, msg) + record(ALERT, b"\x01\x00"))
+    assert recs and recs[0][0] == HANDSHAKE, f"want a ServerHello, got {recs[:1]}"
+
+
+def case_legacy_version_ssl3(srv):
+    msg = client_hello(legacy=0x0300, versions=(), suites=(0xC02B, 0xC02F))
+    expect_plain_alert(srv.port, record(HANDSHAKE, msg, b"\x03\x00"), PROTOCOL_VERSION)
+
+
+def case_renegotiation_info(srv):
+    msg = client_hello(reneg=b"\x01" * 12)
+    expect_plain_alert(srv.port, record(HANDSHAKE, msg), HANDSHAKE_FAILURE)
+
+
+def case_plain_http(srv):
+    _, raw = converse(srv.port, b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    if srv.mode == "serve":
+        assert raw.startswith(b"HTTP/1.1 400 Bad Request\r\n"), raw[:200]
+        assert raw.endswith(b"\r\n\r\nThe plain HTTP request was sent to HTTPS port\n"), raw[-200:]
+    else:
+        # The proxy assumes no protocol: a plaintext client is just closed.
+        assert raw == b"", raw[:200]
+
+
+# ---- Cases after the handshake ---------------------------------------------------
+
+def tls_stat(field):
+    try:
+        with open("/proc/net/tls_stat") as f:
+            for line in f:
+                k, v = line.split()
+                if k == field:
+                    return int(v)
+    except OSError:
+        pass
+    return 0
+
+
+def handshaken(srv, version):
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=SAFETY)
+    c = TLSConnection(s)
+    hs = HandshakeSettings()
+    hs.minVersion = hs.maxVersion = version
+    c.handshakeClientCert(settings=hs, serverName="localhost")
+    return s, c
+
+
+def expect_tls_alert(c, want):
+    try:
+        while True:
+            b = c.read()
+            assert b, f"closed without alert, want {alert_name(want)}"
+    except TLSRemoteAlert as e:
+        assert e.description == want, f"want {alert_name(want)}, got {alert_name(e.description)}"
+    except TLSAbruptCloseError:
+        raise AssertionError(f"closed without alert, want {alert_name(want)}")
+    finally:
+        c.sock.close()
+
+
+def corrupted(version):
+    def case(srv):
+        errors = tls_stat("TlsDecryptError")
+        s, c = handshaken(srv, version)
+        # An application_data record of the right shape whose tag is wrong.
+        s.sendall(record(APPDATA, os.urandom(64), b"\x03\x03"))
+        expect_tls_alert(c, BAD_RECORD_MAC)
+        if KTLS:
+            assert tls_stat("TlsDecryptError") > errors, "the kernel did not see the record"
+    return case
+
+
+def oversized(version):
+    def case(srv):
+        offloaded = tls_stat("TlsRxSw")
+        s, c = handshaken(srv, version)
+        # One record of 2^14 + 1 plaintext bytes, properly encrypted.
+        c._send_record_limit = c.recordSize = 2**14 + 1
+        c.write(b"x" * (2**14 + 1))
+        expect_tls_alert(c, RECORD_OVERFLOW)
+        if KTLS:
+            assert tls_stat("TlsRxSw") > offloaded, "the kernel did not take the connection"
+    return case
+
+
+CASES = [
+    ("ClientHello in interleaved fragments", case_interleaved_fragments),
+    ("ClientHello over 64 KiB", case_hello_over_64k),
+    ("empty application_data between ClientHello fragments", case_empty_appdata_between_fragments),
+    ("empty application_data in a TLS 1.3 handshake", case_empty_appdata_in_handshake),
+    ("empty handshake record", case_empty_handshake_record),
+    ("TLS_FALLBACK_SCSV at TLS 1.2", case_fallback_scsv_tls12),
+    ("TLS_FALLBACK_SCSV in a split ClientHello", case_fallback_scsv_split),
+    ("TLS_FALLBACK_SCSV beside TLS 1.3 is accepted", case_fallback_scsv_tls13_is_fine),
+    ("legacy_version 0x0300", case_legacy_version_ssl3),
+    ("non-empty renegotiation_info", case_renegotiation_info),
+    ("plain HTTP on the TLS port", case_plain_http),
+    ("corrupted record after a TLS 1.3 handshake", corrupted((3, 4))),
+    ("corrupted record after a TLS 1.2 handshake", corrupted((3, 3))),
+    ("oversized record after a TLS 1.3 handshake", oversized((3, 4))),
+    ("oversized record after a TLS 1.2 handshake", oversized((3, 3))),
+]
+
+# The metrics labels of the refusals the cases above provoke.
+REFUSAL_LABELS = ("hello_inappropriate_fallback", "hello_obsolete_version",
+                  "hello_renegotiation_info", "plaintext_on_tls_port")
+
+
+def main():
+    binary = os.path.join(ROOT, "target/debug/tlsfront")
+    if len(sys.argv) == 3 and sys.argv[1] == "--bin":
+        binary = sys.argv[2]
+    passed = failed = 0
+    for mode in ("serve", "proxy"):
+        for kind in ("ecdsa", "rsa"):
+            with tempfile.TemporaryDirectory() as tmp:
+                srv = Server(binary, mode, kind, tmp)
+                for title, case in CASES:
+                    name = f"{srv.name()}: {title}"
+                    try:
+                        case(srv)
+                        srv.alive()
+                    except Exception as e:  # one failing case must not stop the rest
+                        failed += 1
+                        print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
+                    else:
+                        passed += 1
+                        print(f"ok   {name}", flush=True)
+                out, err = srv.stop()
+                checks = [("no panic in stderr", "panicked" not in err, err)]
+                # The refusals are counted, each under its own label.
+                errors = next((l for l in out.splitlines() if l.startswith("errors:")), "")
+                for label in REFUSAL_LABELS:
+                    checks.append((f"'{label}' counted", label in errors, errors))
+                for title, ok, detail in checks:
+                    name = f"{srv.name()}: {title}"
+                    if ok:
+                        passed += 1
+                        print(f"ok   {name}", flush=True)
+                    else:
+                        failed += 1
+                        print(f"FAIL {name}:\n{detail}", flush=True)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
