@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # tests/install-packages.sh — installs what tests/packages.txt lists and this
 # machine lacks: Debian packages with apt-get (apt-get update first only if
-# the install fails on stale lists), Python packages with pip. Idempotent:
+# the install fails on stale lists), Python packages with pip, cargo
+# subcommands with `cargo install --locked`. Idempotent:
 # with everything present it only asks dpkg and exits.
 # Usage: tests/install-packages.sh
 set -euo pipefail
 list=$(dirname "$0")/packages.txt
 
-apt_missing=() pip_missing=()
+apt_missing=() pip_missing=() cargo_missing=()
 while read -r manager package _; do
   case $manager in
     ''|'#'*) continue ;;
@@ -16,7 +17,9 @@ while read -r manager package _; do
         apt_missing+=("$package") ;;
     pip)
       python3 -m pip show -q "${package%%[=<>]*}" >/dev/null 2>&1 || pip_missing+=("$package") ;;
-    *) echo "$list: unknown package manager '$manager' (apt or pip)" >&2; exit 2 ;;
+    cargo)
+      command -v "$package" >/dev/null 2>&1 || cargo_missing+=("$package") ;;
+    *) echo "$list: unknown package manager '$manager' (apt, pip or cargo)" >&2; exit 2 ;;
   esac
 done <"$list"
 
@@ -36,4 +39,8 @@ fi
 if ((${#pip_missing[@]})); then
   echo "installing (pip): ${pip_missing[*]}"
   python3 -m pip install -q --disable-pip-version-check "${pip_missing[@]}"
+fi
+if ((${#cargo_missing[@]})); then
+  echo "installing (cargo install): ${cargo_missing[*]}"
+  cargo install --locked --quiet "${cargo_missing[@]}"
 fi

@@ -42,6 +42,9 @@ cargo clippy --all-targets --locked -- -D warnings
 step "unit and end-to-end tests on this kernel ($(uname -r))"
 cargo test --locked 2>&1 | tee -a "$log"
 
+step "TLS negative suite (a tlslite-ng peer) on this kernel"
+python3 tests/tls/negative.py --bin target/debug/tlsfront 2>&1 | tee -a "$log"
+
 step "testssl.sh against tlsfront serve (no finding at LOW or above but the listed ones)"
 tests/testssl.sh 2>&1 | tee -a "$log"
 

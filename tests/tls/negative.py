@@ -122,8 +122,11 @@ class Server:
                 break
         if not self.port:
             raise RuntimeError(f"tlsfront {mode} did not start: {self.out} {self.p.stderr.read()}")
+        self.readers = []
         for stream, sink in ((self.p.stdout, self.out), (self.p.stderr, self.err)):
-            threading.Thread(target=lambda s=stream, k=sink: k.extend(s), daemon=True).start()
+            t = threading.Thread(target=lambda s=stream, k=sink: k.extend(s), daemon=True)
+            t.start()
+            self.readers.append(t)
 
     def name(self):
         return f"{self.mode}/{self.kind}"
@@ -132,6 +135,9 @@ class Server:
         """Stop it (SIGTERM: it drains and prints its counters): (stdout, stderr)."""
         self.p.terminate()
         self.p.wait(SAFETY)
+        # The closing report is the last thing it prints: read to the end.
+        for t in self.readers:
+            t.join(SAFETY)
         return "".join(self.out), "".join(self.err)
 
     def alive(self):
