@@ -48,6 +48,9 @@ python3 tests/tls/negative.py --bin target/debug/tlsfront 2>&1 | tee -a "$log"
 step "testssl.sh against tlsfront serve (no finding at LOW or above but the listed ones)"
 tests/testssl.sh 2>&1 | tee -a "$log"
 
+step "the Debian package: cargo deb, dpkg -i, the systemd unit, started as the unit starts it"
+tests/package.sh 2>&1 | tee -a "$log"
+
 step "bench/compare's CPU accounting, against processes of known CPU time"
 python3 -m bench.compare_lib.test_cpu 2>&1 | tee -a "$log"
 
