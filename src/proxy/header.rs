@@ -150,21 +150,10 @@ pub enum Parsed {
 /// Parse a PROXY header at the start of `buf` (what [`accept`] peeked).
 /// Pure, so the fuzz target sees exactly what a load balancer's bytes do.
 pub fn parse(buf: &[u8]) -> Parsed {
-    let (len, addrs) = match ppp::HeaderResult::parse(buf) {
-        ppp::HeaderResult::V1(Ok(h)) => {
-            let addrs = match h.addresses {
-                ppp::v1::Addresses::Tcp4(a) => Some((
-                    SocketAddr::new(a.source_address.into(), a.source_port),
-                    SocketAddr::new(a.destination_address.into(), a.destination_port),
-                )),
-                ppp::v1::Addresses::Tcp6(a) => Some((
-                    SocketAddr::new(a.source_address.into(), a.source_port),
-                    SocketAddr::new(a.destination_address.into(), a.destination_port),
-                )),
-                ppp::v1::Addresses::Unknown => None,
-            };
-            (h.header.len(), addrs)
-        }
+    if buf.starts_with(b"PROXY") || b"PROXY".starts_with(buf) {
+        return parse_v1(buf);
+    }
+    match ppp::HeaderResult::parse(buf) {
         ppp::HeaderResult::V2(Ok(h)) => {
             let addrs = match (h.command, h.addresses) {
                 (v2::Command::Local, _) => None,
@@ -178,34 +167,54 @@ pub fn parse(buf: &[u8]) -> Parsed {
                 )),
                 _ => None,
             };
-            (h.len(), addrs)
-        }
-        // ppp judges a v1 line field by field, so a line cut inside an
-        // address or port (the rest still in flight) is "invalid" to it,
-        // and a line with no end is "incomplete" however long. A line is
-        // judged once whole: when its CRLF has arrived, or when it is longer
-        // than a v1 header may be. Its end is CRLF: ppp, as the spec, lets
-        // an UNKNOWN line hold anything before it, a bare LF included.
-        ppp::HeaderResult::V1(Err(_)) => {
-            let pending = buf.len() < V1_MAX
-                && !buf.windows(2).any(|w| w == b"\r\n")
-                && (buf.starts_with(b"PROXY ") || b"PROXY ".starts_with(buf));
-            return if pending {
-                Parsed::Incomplete
-            } else {
-                Parsed::Invalid
-            };
+            Parsed::Header {
+                len: h.len(),
+                addrs,
+            }
         }
         other => {
             use ppp::PartialResult;
-            return if other.is_incomplete() {
+            if other.is_incomplete() {
                 Parsed::Incomplete
             } else {
                 Parsed::Invalid
-            };
+            }
         }
+    }
+}
+
+/// A v1 header: one line, ended by its first CRLF (the spec's terminator;
+/// an UNKNOWN line may hold anything before it, a bare LF included). ppp
+/// alone would judge a line still arriving field by field (so a line cut
+/// inside an address was "invalid") and could take a bare LF as the end or
+/// not depending on the bytes after it, so the line is cut here and only
+/// the whole line handed to ppp.
+fn parse_v1(buf: &[u8]) -> Parsed {
+    let window = &buf[..buf.len().min(V1_MAX)];
+    let Some(end) = window.windows(2).position(|w| w == b"\r\n").map(|i| i + 2) else {
+        return if buf.len() < V1_MAX {
+            Parsed::Incomplete
+        } else {
+            Parsed::Invalid
+        };
     };
-    Parsed::Header { len, addrs }
+    match ppp::HeaderResult::parse(&buf[..end]) {
+        ppp::HeaderResult::V1(Ok(h)) if h.header.len() == end => {
+            let addrs = match h.addresses {
+                ppp::v1::Addresses::Tcp4(a) => Some((
+                    SocketAddr::new(a.source_address.into(), a.source_port),
+                    SocketAddr::new(a.destination_address.into(), a.destination_port),
+                )),
+                ppp::v1::Addresses::Tcp6(a) => Some((
+                    SocketAddr::new(a.source_address.into(), a.source_port),
+                    SocketAddr::new(a.destination_address.into(), a.destination_port),
+                )),
+                ppp::v1::Addresses::Unknown => None,
+            };
+            Parsed::Header { len: end, addrs }
+        }
+        _ => Parsed::Invalid,
+    }
 }
 
 /// Read a PROXY header from a load balancer: peek until a whole v1 or v2
@@ -310,7 +319,8 @@ mod tests {
     }
 
     /// Found by fuzz/proxy_header: a v1 header cut inside a field (as a
-    /// TCP segment boundary can cut it) was refused as invalid.
+    /// TCP segment boundary can cut it) was refused as invalid, and one cut
+    /// after a bare LF was taken as a shorter header.
     #[test]
     fn v1_cut_anywhere_is_incomplete() {
         for line in [
@@ -318,6 +328,9 @@ mod tests {
             b"PROXY TCP6 2001:db8::1 ::ffff:127.0.0.1 65535 443\r\n",
             b"PROXY UNKNOWN\r\n",
             b"PROXY UNKNOWN ffff\nfff::\r\n",
+            // A bare LF was the end of the header or not depending on what
+            // followed it.
+            b"PROXY UNKNOWN \nz\r\n",
         ] {
             let whole = parse(line);
             assert!(matches!(whole, Parsed::Header { len, .. } if len == line.len()));
