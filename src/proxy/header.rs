@@ -129,6 +129,94 @@ pub enum AcceptError {
 /// balancers are small.
 const MAX_HEADER: usize = 4096;
 
+/// The longest v1 header, CRLF included (proxy-protocol.txt 2.1).
+const V1_MAX: usize = 107;
+
+/// What the start of a connection's bytes holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parsed {
+    /// A whole v1 or v2 header of `len` bytes, naming (client, destination)
+    /// or, for `LOCAL`/`UNKNOWN`, nothing.
+    Header {
+        len: usize,
+        addrs: Option<(SocketAddr, SocketAddr)>,
+    },
+    /// The start of a header: wait for more bytes.
+    Incomplete,
+    /// Not a PROXY header.
+    Invalid,
+}
+
+/// Parse a PROXY header at the start of `buf` (what [`accept`] peeked).
+/// Pure, so the fuzz target sees exactly what a load balancer's bytes do.
+pub fn parse(buf: &[u8]) -> Parsed {
+    if buf.starts_with(b"PROXY") || b"PROXY".starts_with(buf) {
+        return parse_v1(buf);
+    }
+    match ppp::HeaderResult::parse(buf) {
+        ppp::HeaderResult::V2(Ok(h)) => {
+            let addrs = match (h.command, h.addresses) {
+                (v2::Command::Local, _) => None,
+                (_, v2::Addresses::IPv4(a)) => Some((
+                    SocketAddr::new(a.source_address.into(), a.source_port),
+                    SocketAddr::new(a.destination_address.into(), a.destination_port),
+                )),
+                (_, v2::Addresses::IPv6(a)) => Some((
+                    SocketAddr::new(a.source_address.into(), a.source_port),
+                    SocketAddr::new(a.destination_address.into(), a.destination_port),
+                )),
+                _ => None,
+            };
+            Parsed::Header {
+                len: h.len(),
+                addrs,
+            }
+        }
+        other => {
+            use ppp::PartialResult;
+            if other.is_incomplete() {
+                Parsed::Incomplete
+            } else {
+                Parsed::Invalid
+            }
+        }
+    }
+}
+
+/// A v1 header: one line, ended by its first CRLF (the spec's terminator;
+/// an UNKNOWN line may hold anything before it, a bare LF included). ppp
+/// alone would judge a line still arriving field by field (so a line cut
+/// inside an address was "invalid") and could take a bare LF as the end or
+/// not depending on the bytes after it, so the line is cut here and only
+/// the whole line handed to ppp.
+fn parse_v1(buf: &[u8]) -> Parsed {
+    let window = &buf[..buf.len().min(V1_MAX)];
+    let Some(end) = window.windows(2).position(|w| w == b"\r\n").map(|i| i + 2) else {
+        return if buf.len() < V1_MAX {
+            Parsed::Incomplete
+        } else {
+            Parsed::Invalid
+        };
+    };
+    match ppp::HeaderResult::parse(&buf[..end]) {
+        ppp::HeaderResult::V1(Ok(h)) if h.header.len() == end => {
+            let addrs = match h.addresses {
+                ppp::v1::Addresses::Tcp4(a) => Some((
+                    SocketAddr::new(a.source_address.into(), a.source_port),
+                    SocketAddr::new(a.destination_address.into(), a.destination_port),
+                )),
+                ppp::v1::Addresses::Tcp6(a) => Some((
+                    SocketAddr::new(a.source_address.into(), a.source_port),
+                    SocketAddr::new(a.destination_address.into(), a.destination_port),
+                )),
+                ppp::v1::Addresses::Unknown => None,
+            };
+            Parsed::Header { len: end, addrs }
+        }
+        _ => Parsed::Invalid,
+    }
+}
+
 /// Read a PROXY header from a load balancer: peek until a whole v1 or v2
 /// header is buffered, then consume exactly its bytes. Returns the
 /// (client, destination) it names, or `None` for `LOCAL`/`UNKNOWN` (health
@@ -148,53 +236,21 @@ pub async fn accept(
         if n == 0 {
             return Err(AcceptError::Eof);
         }
-        let parsed = ppp::HeaderResult::parse(&buf[..n]);
-        let (len, addrs) = match parsed {
-            ppp::HeaderResult::V1(Ok(h)) => {
-                let addrs = match h.addresses {
-                    ppp::v1::Addresses::Tcp4(a) => Some((
-                        SocketAddr::new(a.source_address.into(), a.source_port),
-                        SocketAddr::new(a.destination_address.into(), a.destination_port),
-                    )),
-                    ppp::v1::Addresses::Tcp6(a) => Some((
-                        SocketAddr::new(a.source_address.into(), a.source_port),
-                        SocketAddr::new(a.destination_address.into(), a.destination_port),
-                    )),
-                    ppp::v1::Addresses::Unknown => None,
-                };
-                (h.header.len(), addrs)
-            }
-            ppp::HeaderResult::V2(Ok(h)) => {
-                let addrs = match (h.command, h.addresses) {
-                    (v2::Command::Local, _) => None,
-                    (_, v2::Addresses::IPv4(a)) => Some((
-                        SocketAddr::new(a.source_address.into(), a.source_port),
-                        SocketAddr::new(a.destination_address.into(), a.destination_port),
-                    )),
-                    (_, v2::Addresses::IPv6(a)) => Some((
-                        SocketAddr::new(a.source_address.into(), a.source_port),
-                        SocketAddr::new(a.destination_address.into(), a.destination_port),
-                    )),
-                    _ => None,
-                };
-                (h.len(), addrs)
-            }
-            other => {
-                use ppp::PartialResult;
-                if other.is_incomplete() && n < MAX_HEADER {
-                    // Wait for more of the header; `peek` would return the
-                    // same bytes at once.
-                    if n == seen {
-                        tokio::time::sleep(Duration::from_millis(2)).await;
-                    }
-                    seen = n;
-                    if Instant::now() >= deadline {
-                        return Err(AcceptError::Timeout(timeout));
-                    }
-                    continue;
+        let (len, addrs) = match parse(&buf[..n]) {
+            Parsed::Header { len, addrs } => (len, addrs),
+            Parsed::Incomplete if n < MAX_HEADER => {
+                // Wait for more of the header; `peek` would return the
+                // same bytes at once.
+                if n == seen {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
                 }
-                return Err(AcceptError::Invalid);
+                seen = n;
+                if Instant::now() >= deadline {
+                    return Err(AcceptError::Timeout(timeout));
+                }
+                continue;
             }
+            Parsed::Incomplete | Parsed::Invalid => return Err(AcceptError::Invalid),
         };
         // Consume exactly the header; the TLS bytes behind it stay queued.
         let mut left = len;
@@ -260,6 +316,35 @@ mod tests {
         assert_eq!(&sub[3..10], b"TLSv1.3");
         assert_eq!(&sub[10..13], &[0x23, 0, 22]);
         assert_eq!(&sub[13..], b"TLS_AES_128_GCM_SHA256");
+    }
+
+    /// Found by fuzz/proxy_header: a v1 header cut inside a field (as a
+    /// TCP segment boundary can cut it) was refused as invalid, and one cut
+    /// after a bare LF was taken as a shorter header.
+    #[test]
+    fn v1_cut_anywhere_is_incomplete() {
+        for line in [
+            &b"PROXY TCP4 192.168.0.1 192.168.0.11 56324 443\r\n"[..],
+            b"PROXY TCP6 2001:db8::1 ::ffff:127.0.0.1 65535 443\r\n",
+            b"PROXY UNKNOWN\r\n",
+            b"PROXY UNKNOWN ffff\nfff::\r\n",
+            // A bare LF was the end of the header or not depending on what
+            // followed it.
+            b"PROXY UNKNOWN \nz\r\n",
+        ] {
+            let whole = parse(line);
+            assert!(matches!(whole, Parsed::Header { len, .. } if len == line.len()));
+            for k in 0..line.len() {
+                assert_eq!(parse(&line[..k]), Parsed::Incomplete, "{k}");
+            }
+        }
+        // Still refused once the line is whole, or too long to be one.
+        assert_eq!(parse(b"PROXY TCP4 192.168.0.\r\n"), Parsed::Invalid);
+        assert_eq!(
+            parse(&[b"PROXY ".as_slice(), &[b'1'; 101]].concat()),
+            Parsed::Invalid
+        );
+        assert_eq!(parse(b"GET / HTTP/1.1\r\n"), Parsed::Invalid);
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -1,0 +1,70 @@
+//! The ClientHello reader (`tls::hello`, reached through the public
+//! `ServerConfigs::for_client_hello`, which the accept path calls with the
+//! first record). On arbitrary records: no panic; a server name is 1..=253
+//! printable ASCII bytes, lower-cased, that the record really holds; a
+//! resumption offer picks the configuration that sends at most one ticket
+//! and is only seen where the record holds a pre_shared_key extension
+//! type. Differential: where rustls itself accepts a ClientHello that fits
+//! in this one record and finds a server name, the reader finds the same
+//! name (the PROXY v2 authority TLV and logs carry it).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use std::sync::OnceLock;
+use tlsfront::tls::{server_config, ServerConfigs, TlsOptions};
+
+fn configs() -> &'static ServerConfigs {
+    static CONFIGS: OnceLock<ServerConfigs> = OnceLock::new();
+    CONFIGS.get_or_init(|| {
+        let (cert, key) = tlsfront::config::cert::self_signed().unwrap();
+        let dir = std::env::temp_dir().join(format!("tlsfront-fuzz-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(&c, cert).unwrap();
+        std::fs::write(&k, key).unwrap();
+        let id = tlsfront::config::cert::load(Some(&c), Some(&k)).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        server_config(id.chain, id.key, &TlsOptions::default()).unwrap()
+    })
+}
+
+/// The whole handshake message is inside the first record.
+fn fits_one_record(r: &[u8]) -> bool {
+    if r.len() < 9 || r[0] != 22 {
+        return false;
+    }
+    let rec = u16::from_be_bytes([r[3], r[4]]) as usize;
+    let msg = u32::from_be_bytes([0, r[6], r[7], r[8]]) as usize;
+    r.len() >= 5 + rec && 4 + msg <= rec
+}
+
+fuzz_target!(|record: &[u8]| {
+    let (cfg, hello) = configs().for_client_hello(record);
+    if let Some(name) = &hello.sni {
+        assert!(!name.is_empty() && name.len() <= 253);
+        assert!(name
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !b.is_ascii_uppercase()));
+        let lower = record.to_ascii_lowercase();
+        assert!(lower.windows(name.len()).any(|w| w == name.as_bytes()));
+    }
+    if hello.offers_psk {
+        assert!(cfg.send_tls13_tickets <= 1);
+        assert!(record.windows(2).any(|w| w == [0, 41]));
+    } else {
+        assert_eq!(cfg.send_tls13_tickets, TlsOptions::default().tls13_tickets);
+    }
+
+    if fits_one_record(record) {
+        let mut acceptor = rustls::server::Acceptor::default();
+        let mut rd = record;
+        if acceptor.read_tls(&mut rd).is_ok() {
+            if let Ok(Some(accepted)) = acceptor.accept() {
+                let ch = accepted.client_hello();
+                if let Some(name) = ch.server_name() {
+                    assert_eq!(hello.sni.as_deref(), Some(name), "rustls read another name");
+                }
+            }
+        }
+    }
+});

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Regenerate the seed corpora in fuzz/corpus/ (run from anywhere; needs
+curl and openssl). Real client bytes are captured with a one-shot socket
+listener: curl's request head, and the ClientHellos of curl and
+`openssl s_client` (TLS 1.2 and 1.3, with SNI, and one resuming with a
+ticket from a local `openssl s_server`, so it carries pre_shared_key).
+PROXY headers are the examples of HAProxy's proxy-protocol.txt; the config
+is README's example. Seeds are small on purpose: libFuzzer grows its own
+corpus from them."""
+import os, socket, struct, subprocess, sys, tempfile, threading, time
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "corpus")
+
+
+def put(target, name, data):
+    d = os.path.join(ROOT, target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def capture(run, want_tls):
+    """Start a listener, run `run(port)`, return the first bytes received
+    (one whole TLS record when `want_tls`, else up to the end of a head)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    got = {}
+
+    def serve():
+        c, _ = srv.accept()
+        c.settimeout(5)
+        buf = b""
+        while True:
+            if want_tls and len(buf) >= 5 and len(buf) >= 5 + struct.unpack(">H", buf[3:5])[0]:
+                buf = buf[: 5 + struct.unpack(">H", buf[3:5])[0]]
+                break
+            if not want_tls and b"\r\n\r\n" in buf:
+                break
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+        got["data"] = buf
+        c.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    run(port)
+    t.join(10)
+    srv.close()
+    if "data" not in got:
+        sys.exit(f"nothing captured for {run}")
+    return got["data"]
+
+
+def quiet(cmd, **kw):
+    subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=10, **kw)
+
+
+def main():
+    # Request heads.
+    head = capture(lambda p: quiet(["curl", "-s", "-m", "2", f"http://127.0.0.1:{p}/index.html"]), False)
+    put("request_head", "curl", head)
+    put("request_head", "range-conditional",
+        "GET /a/b.txt?x=1 HTTP/1.1\r\nHost: example.com\r\nRange: bytes=0-99\r\n"
+        "If-None-Match: \"5f1.0-10\", W/\"x\"\r\nIf-Modified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
+        "Connection: keep-alive\r\n\r\n")
+    put("request_head", "http10", "\r\nHEAD / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+    put("request_head", "post-chunked-pipelined",
+        "POST /up HTTP/1.1\nHost: h\nTransfer-Encoding: gzip, chunked\n\n"
+        "GET / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n")
+    # Request-targets.
+    for i, t in enumerate(["/", "/index.html", "/a/./b/../c/", "/%2e%2e/etc/passwd",
+                           "/d%C3%A9j%C3%A0%20vu/?q=1#f", "http://example.com/x/y",
+                           "https://h", "/a%2Fb//c", "/..%5c..", "*"]):
+        put("path_normalize", f"t{i}", t)
+    # Ranges: 8 bytes of size (little-endian), then the header.
+    for i, (size, h) in enumerate([(1000, "bytes=0-99"), (1000, "bytes=-500"),
+                                   (1000, "bytes=900-"), (10, "bytes=20-30"),
+                                   (0, "bytes=-1"), (1000, "Bytes = 1-2"),
+                                   (1000, "bytes=0-1,5-6"), (2**64 - 1, "bytes=18446744073709551615-")]):
+        put("range", f"r{i}", struct.pack("<Q", size) + h.encode())
+    # Conditionals: size, mtime seconds, nanoseconds, then one header a line.
+    v = struct.pack("<QqI", 4096, 1700000000, 123456789)
+    put("conditional", "c0", v + b'"65538b00.75bcd15-1000"\n\nSun, 06 Nov 1994 08:49:37 GMT\n\n"x"\n')
+    put("conditional", "c1", v + b'\n*\n\nTue, 14 Nov 2023 22:13:20 GMT\nTue, 14 Nov 2023 22:13:20 GMT\n')
+    put("conditional", "c2", struct.pack("<QqI", 0, -5, 0) + b'W/"a", "b"\nW/"0.0-0"\n\n\nW/"0.0-0"\n')
+    # PROXY headers (proxy-protocol.txt examples).
+    put("proxy_header", "v1-tcp4", "PROXY TCP4 192.168.0.1 192.168.0.11 56324 443\r\nGET / HTTP/1.1\r\n")
+    put("proxy_header", "v1-tcp6", "PROXY TCP6 2001:db8::1 ::ffff:127.0.0.1 65535 443\r\n")
+    put("proxy_header", "v1-unknown", "PROXY UNKNOWN\r\n")
+    put("proxy_header", "v1-unknown-long",
+        "PROXY UNKNOWN ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff 65535 65535\r\n")
+    sig = b"\r\n\r\n\x00\r\nQUIT\n"
+    v4 = bytes([192, 0, 2, 7, 127, 0, 0, 1]) + struct.pack(">HH", 40000, 8443)
+    put("proxy_header", "v2-tcp4", sig + b"\x21\x11" + struct.pack(">H", len(v4)) + v4 + b"\x16\x03\x01")
+    v6 = bytes(15) + b"\x01" + bytes(15) + b"\x02" + struct.pack(">HH", 1, 2)
+    put("proxy_header", "v2-tcp6", sig + b"\x21\x21" + struct.pack(">H", len(v6)) + v6)
+    put("proxy_header", "v2-local", sig + b"\x20\x00\x00\x00")
+    tlv = b"\x01\x00\x08http/1.1" + b"\x02\x00\x0bexample.com" + b"\x20\x00\x0f\x01\x00\x00\x00\x00\x21\x00\x07TLSv1.3"
+    put("proxy_header", "v2-tlvs", sig + b"\x21\x11" + struct.pack(">H", len(v4) + len(tlv)) + v4 + tlv)
+    unix = bytes(216)
+    put("proxy_header", "v2-unix", sig + b"\x21\x31" + struct.pack(">H", len(unix)) + unix)
+    # ClientHellos.
+    hello = lambda args: capture(lambda p: quiet(args(p)), True)
+    put("client_hello", "curl-sni", hello(lambda p: [
+        "curl", "-sk", "-m", "2", "--resolve", f"example.test:{p}:127.0.0.1", f"https://example.test:{p}/"]))
+    put("client_hello", "curl-ip-nosni", hello(lambda p: ["curl", "-sk", "-m", "2", f"https://127.0.0.1:{p}/"]))
+    put("client_hello", "openssl-tls13", hello(lambda p: [
+        "openssl", "s_client", "-connect", f"127.0.0.1:{p}", "-servername", "WWW.Example.ORG", "-tls1_3"]))
+    put("client_hello", "openssl-tls12", hello(lambda p: [
+        "openssl", "s_client", "-connect", f"127.0.0.1:{p}", "-servername", "a.b", "-tls1_2",
+        "-alpn", "http/1.1"]))
+    with tempfile.TemporaryDirectory() as d:
+        key, crt, sess = (os.path.join(d, n) for n in ("k.pem", "c.pem", "sess.pem"))
+        quiet(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+               "-nodes", "-keyout", key, "-out", crt, "-subj", "/CN=localhost", "-days", "1"])
+        s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+        srv = subprocess.Popen(["openssl", "s_server", "-accept", str(port), "-key", key, "-cert", crt,
+                                "-tls1_3", "-naccept", "1"], stdin=subprocess.PIPE,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        # A session ticket arrives after the handshake; give it time.
+        subprocess.run(["sh", "-c", f"sleep 1 | openssl s_client -connect 127.0.0.1:{port} "
+                        f"-servername localhost -sess_out {sess}"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
+        srv.kill()
+        srv.wait(5)
+        put("client_hello", "openssl-resume-psk", hello(lambda p: [
+            "openssl", "s_client", "-connect", f"127.0.0.1:{p}", "-servername", "localhost",
+            "-sess_in", sess]))
+    # The config file: README's example.
+    put("config", "readme.toml", """root = "/srv/www"
+listen = ["127.0.0.1:8443", "[::1]:8443"]
+ktls = "auto"
+[limits]          # defaults shown (allowed range)
+request_line = 8192       # bytes, 414 beyond (16 to 1 MiB)
+header_bytes = 16384      # bytes, 431 beyond (64 to 1 MiB)
+headers = 100             # fields, 431 beyond (1 to 10000)
+body = 1048576            # request body read and discarded, 413 beyond
+keepalive_requests = 1000 # (at least 1)
+connections = 10000       # per worker (1 to 1000000)
+[timeouts]        # seconds, above 0 and at most 86400
+handshake = 10            # these three are checked every 0.1 s
+request_header = 60
+keepalive = 75
+send = 60                 # client accepts no data this long: closed
+shutdown = 10             # grace for in-flight responses on SIGTERM
+""")
+    put("config", "relative.toml", 'root = "www"\ncert = "c.pem"\nkey = "k.pem"\nworkers = 4\n'
+        'autoindex = true\nfollow_symlinks_outside = false\nktls = "off"\n[timeouts]\nkeepalive = 2.5\n')
+    put("config", "bad-range.toml", "[limits]\nheaders = 0\n[timeouts]\nsend = nan\n")
+
+
+if __name__ == "__main__":
+    main()
