@@ -13,10 +13,8 @@ cd "$(dirname "$0")"
 secs=${1:-20}
 san=${FUZZ_SANITIZER:-address}
 
-if ! command -v cargo-fuzz >/dev/null; then
-  echo "installing cargo-fuzz"
-  cargo install cargo-fuzz --locked --version 0.13.2 || exit 1
-fi
+# cargo-fuzz comes from the test command's one package list.
+command -v cargo-fuzz >/dev/null || ../tests/install-packages.sh || exit 1
 fuzz() {
   if [[ $san == none ]]; then cargo fuzz "$@"; else RUSTC_BOOTSTRAP=1 cargo fuzz "$@"; fi
 }

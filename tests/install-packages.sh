@@ -18,7 +18,7 @@ while read -r manager package _; do
     pip)
       python3 -m pip show -q "${package%%[=<>]*}" >/dev/null 2>&1 || pip_missing+=("$package") ;;
     cargo)
-      command -v "$package" >/dev/null 2>&1 || cargo_missing+=("$package") ;;
+      command -v "${package%%@*}" >/dev/null 2>&1 || cargo_missing+=("$package") ;;
     *) echo "$list: unknown package manager '$manager' (apt, pip or cargo)" >&2; exit 2 ;;
   esac
 done <"$list"

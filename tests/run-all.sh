@@ -31,6 +31,7 @@ tests/install-packages.sh
 
 step "format and lint"
 cargo fmt --all -- --check
+(cd fuzz && cargo fmt --all -- --check)
 # Tests run programs only through tool() (tests/common), which checks them
 # against tests/packages.txt.
 if grep -rnE 'Command::new\("' tests/; then
@@ -53,6 +54,9 @@ tests/package.sh 2>&1 | tee -a "$log"
 
 step "bench/compare's CPU accounting, against processes of known CPU time"
 python3 -m bench.compare_lib.test_cpu 2>&1 | tee -a "$log"
+
+step "fuzzing every parser for ${TLSFRONT_FUZZ_SECS:-20} s each (fuzz/run.sh)"
+fuzz/run.sh "${TLSFRONT_FUZZ_SECS:-20}" 2>&1 | tee -a "$log"
 
 if [[ ${TLSFRONT_SKIP_GUEST:-0} == 1 ]]; then
   echo "TLSFRONT_SKIP_GUEST=1: kTLS guest stage skipped"
