@@ -155,6 +155,19 @@ shutdown = 10             # grace for in-flight responses on SIGTERM
     put("config", "relative.toml", 'root = "www"\ncert = "c.pem"\nkey = "k.pem"\nworkers = 4\n'
         'autoindex = true\nfollow_symlinks_outside = false\nktls = "off"\n[timeouts]\nkeepalive = 2.5\n')
     put("config", "bad-range.toml", "[limits]\nheaders = 0\n[timeouts]\nsend = nan\n")
+    # kTLS control records: first byte = version bit (0x80: TLS 1.2) and a
+    # type pick (0x00: alert, 0x28: handshake, 0x50: ChangeCipherSpec).
+    for name, data in [
+        ("close-notify", b"\x00\x01\x00"),
+        ("fatal-alert", b"\x00\x02\x28"),
+        ("tls12-warning", b"\x80\x01\x2a"),
+        ("key-update", b"\x28\x18\x00\x00\x01\x00"),
+        ("key-update-requested", b"\x28\x18\x00\x00\x01\x01"),
+        ("two-key-updates", b"\x28" + b"\x18\x00\x00\x01\x00" * 2),
+        ("renegotiation", b"\xa8\x01\x00\x00\x04abcd"),
+        ("ccs", b"\x50\x01"),
+    ]:
+        put("ktls_control", name, data)
 
 
 if __name__ == "__main__":

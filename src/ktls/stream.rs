@@ -15,28 +15,13 @@ use crate::transport::{Path, Transport, TransportError};
 use rustls::internal::msgs::enums::AlertLevel;
 use rustls::kernel::KernelConnection;
 use rustls::server::ServerConnectionData;
-use rustls::AlertDescription;
+use rustls::{AlertDescription, ContentType, HandshakeType};
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
 use std::time::Duration;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
-
-const CONTENT_CHANGE_CIPHER_SPEC: u8 = 20;
-const CONTENT_ALERT: u8 = 21;
-const CONTENT_HANDSHAKE: u8 = 22;
-
-const ALERT_WARNING: u8 = 1;
-const ALERT_FATAL: u8 = 2;
-const ALERT_CLOSE_NOTIFY: u8 = 0;
-const ALERT_UNEXPECTED_MESSAGE: u8 = 10;
-const ALERT_DECODE_ERROR: u8 = 50;
-const ALERT_USER_CANCELED: u8 = 90;
-const ALERT_NO_RENEGOTIATION: u8 = 100;
-
-const HS_CLIENT_HELLO: u8 = 1;
-const HS_KEY_UPDATE: u8 = 24;
 
 /// Largest plaintext a TLS record carries.
 const MAX_FRAGMENT: u64 = 16384;
@@ -95,13 +80,13 @@ impl KtlsStream {
     /// Send one whole control record, waiting for room if needed.
     async fn send_control(
         &mut self,
-        record_type: u8,
+        record_type: ContentType,
         payload: &[u8],
     ) -> Result<(), TransportError> {
         loop {
             self.writable().await?;
             match self.sock.try_io(Interest::WRITABLE, || {
-                sys::send_record(self.sock.as_fd(), record_type, payload)
+                sys::send_record(self.sock.as_fd(), record_type.into(), payload)
             }) {
                 Ok(n) if n == payload.len() => {
                     self.tx_records += 1;
@@ -115,9 +100,12 @@ impl KtlsStream {
         }
     }
 
-    async fn fatal(&mut self, alert: u8, why: &'static str) -> TransportError {
+    async fn fatal(&mut self, alert: AlertDescription, why: &'static str) -> TransportError {
         let _ = self
-            .send_control(CONTENT_ALERT, &[ALERT_FATAL, alert])
+            .send_control(
+                ContentType::Alert,
+                &[AlertLevel::Fatal.into(), alert.into()],
+            )
             .await;
         TransportError::Protocol(why)
     }
@@ -140,7 +128,7 @@ impl KtlsStream {
         // and the kernel refuses to send while one is: take it first.
         let _ = self.sock.take_error();
         let alert = [u8::from(AlertLevel::Fatal), u8::from(alert)];
-        if sys::send_record(self.sock.as_fd(), CONTENT_ALERT, &alert).is_ok() {
+        if sys::send_record(self.sock.as_fd(), ContentType::Alert.into(), &alert).is_ok() {
             self.tx_records += 1;
         }
         TransportError::Protocol(why)
@@ -163,8 +151,11 @@ impl KtlsStream {
         let (seq, secrets) = self.kconn.update_tx_secret()?;
         let info = crypto_info(self.version, seq, secrets)
             .map_err(|_| TransportError::Protocol("unsupported secrets"))?;
-        self.send_control(CONTENT_HANDSHAKE, &[HS_KEY_UPDATE, 0, 0, 1, 0])
-            .await?;
+        self.send_control(
+            ContentType::Handshake,
+            &[HandshakeType::KeyUpdate.into(), 0, 0, 1, 0],
+        )
+        .await?;
         sys::set_crypto_info(self.sock.as_fd(), Direction::Tx, &info)?;
         self.tx_records = 0;
         Ok(())
@@ -177,7 +168,7 @@ impl KtlsStream {
         while !end {
             if msg.len() > MAX_CONTROL {
                 return Err(self
-                    .fatal(ALERT_DECODE_ERROR, "oversized control record")
+                    .fatal(AlertDescription::DecodeError, "oversized control record")
                     .await);
             }
             let mut chunk = vec![0u8; 1024];
@@ -205,88 +196,34 @@ impl KtlsStream {
         record_type: u8,
         msg: &[u8],
     ) -> Result<bool, TransportError> {
-        match record_type {
-            CONTENT_ALERT => {
-                let [level, desc] = msg else {
-                    return Err(self.fatal(ALERT_DECODE_ERROR, "malformed alert").await);
-                };
-                match (*level, *desc) {
-                    (_, ALERT_CLOSE_NOTIFY) => Ok(true),
-                    (_, ALERT_USER_CANCELED) => Ok(false),
-                    (ALERT_WARNING, _) if self.version == Version::Tls12 => Ok(false),
-                    (_, d) => Err(TransportError::PeerAlert(d)),
-                }
+        match decode_control(self.version, record_type, msg) {
+            Err(Fatal { alert, why }) => Err(self.fatal(alert, why).await),
+            Ok(Control::Closed) => Ok(true),
+            Ok(Control::Ignore) => Ok(false),
+            Ok(Control::PeerAlert(d)) => Err(TransportError::PeerAlert(d.into())),
+            Ok(Control::KeyUpdate { update_requested }) => {
+                self.key_update(update_requested).await?;
+                Ok(false)
             }
-            CONTENT_HANDSHAKE => {
-                let mut rest = msg;
-                while !rest.is_empty() {
-                    let &[typ, a, b, c, ref body @ ..] = rest else {
-                        return Err(self
-                            .fatal(ALERT_DECODE_ERROR, "truncated handshake message")
-                            .await);
-                    };
-                    let len = u32::from_be_bytes([0, a, b, c]) as usize;
-                    if body.len() < len {
-                        return Err(self
-                            .fatal(ALERT_DECODE_ERROR, "truncated handshake message")
-                            .await);
-                    }
-                    let (payload, next) = body.split_at(len);
-                    rest = next;
-                    match typ {
-                        HS_KEY_UPDATE if self.version == Version::Tls13 => {
-                            let &[request] = payload else {
-                                return Err(self
-                                    .fatal(ALERT_DECODE_ERROR, "malformed KeyUpdate")
-                                    .await);
-                            };
-                            if !rest.is_empty() {
-                                return Err(self
-                                    .fatal(
-                                        ALERT_UNEXPECTED_MESSAGE,
-                                        "KeyUpdate not alone in its record",
-                                    )
-                                    .await);
-                            }
-                            self.key_update(request).await?;
-                        }
-                        HS_CLIENT_HELLO if self.version == Version::Tls12 => {
-                            // Renegotiation: refuse it the way rustls does.
-                            self.send_control(
-                                CONTENT_ALERT,
-                                &[ALERT_WARNING, ALERT_NO_RENEGOTIATION],
-                            )
-                            .await?;
-                        }
-                        _ => {
-                            return Err(self
-                                .fatal(
-                                    ALERT_UNEXPECTED_MESSAGE,
-                                    "unexpected post-handshake message",
-                                )
-                                .await)
-                        }
-                    }
+            Ok(Control::Renegotiation(requests)) => {
+                // Refused the way rustls does: a warning each.
+                for _ in 0..requests {
+                    self.send_control(
+                        ContentType::Alert,
+                        &[
+                            AlertLevel::Warning.into(),
+                            AlertDescription::NoRenegotiation.into(),
+                        ],
+                    )
+                    .await?;
                 }
                 Ok(false)
             }
-            CONTENT_CHANGE_CIPHER_SPEC => Err(self
-                .fatal(
-                    ALERT_UNEXPECTED_MESSAGE,
-                    "ChangeCipherSpec after the handshake",
-                )
-                .await),
-            _ => Err(self
-                .fatal(ALERT_UNEXPECTED_MESSAGE, "unknown record type")
-                .await),
         }
     }
 
     /// The peer moved to a new sending key (and maybe asks us to as well).
-    async fn key_update(&mut self, request: u8) -> Result<(), TransportError> {
-        if request > 1 {
-            return Err(self.fatal(ALERT_DECODE_ERROR, "malformed KeyUpdate").await);
-        }
+    async fn key_update(&mut self, update_requested: bool) -> Result<(), TransportError> {
         if !self.rekey {
             // Nothing after this record may be read: it is under a key the
             // kernel cannot take. The caller closes with close_notify under
@@ -298,10 +235,102 @@ impl KtlsStream {
             .map_err(|_| TransportError::Protocol("unsupported secrets"))?;
         sys::set_crypto_info(self.sock.as_fd(), Direction::Rx, &info)?;
         self.rx_records = 0;
-        if request == 1 {
+        if update_requested {
             self.update_tx_key().await?;
         }
         Ok(())
+    }
+}
+
+/// What a control record from the peer (a non-application record the
+/// kernel handed up after the handshake) asks for. Decoded apart from acting
+/// on it, so that the decoding can be fuzzed without a socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// close_notify: the peer closed its side.
+    Closed,
+    /// Nothing to do (user_canceled; a TLS 1.2 warning; an empty handshake
+    /// record).
+    Ignore,
+    /// An alert that ends the connection.
+    PeerAlert(AlertDescription),
+    /// A TLS 1.3 KeyUpdate, alone in its record.
+    KeyUpdate { update_requested: bool },
+    /// This many TLS 1.2 renegotiation requests (ClientHellos).
+    Renegotiation(usize),
+}
+
+/// A control record that ends the connection with this alert of ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fatal {
+    pub alert: AlertDescription,
+    pub why: &'static str,
+}
+
+/// Decode one control record of `record_type` under `version`.
+pub fn decode_control(version: Version, record_type: u8, msg: &[u8]) -> Result<Control, Fatal> {
+    let fatal = |alert, why| Err(Fatal { alert, why });
+    match ContentType::from(record_type) {
+        ContentType::Alert => {
+            let &[level, desc] = msg else {
+                return fatal(AlertDescription::DecodeError, "malformed alert");
+            };
+            match (AlertLevel::from(level), AlertDescription::from(desc)) {
+                (_, AlertDescription::CloseNotify) => Ok(Control::Closed),
+                (_, AlertDescription::UserCanceled) => Ok(Control::Ignore),
+                (AlertLevel::Warning, _) if version == Version::Tls12 => Ok(Control::Ignore),
+                (_, d) => Ok(Control::PeerAlert(d)),
+            }
+        }
+        ContentType::Handshake => {
+            let mut rest = msg;
+            let mut renegotiations = 0;
+            while !rest.is_empty() {
+                let &[typ, a, b, c, ref body @ ..] = rest else {
+                    return fatal(AlertDescription::DecodeError, "truncated handshake message");
+                };
+                let len = u32::from_be_bytes([0, a, b, c]) as usize;
+                if body.len() < len {
+                    return fatal(AlertDescription::DecodeError, "truncated handshake message");
+                }
+                let (payload, next) = body.split_at(len);
+                rest = next;
+                match HandshakeType::from(typ) {
+                    HandshakeType::KeyUpdate if version == Version::Tls13 => {
+                        let update_requested = match payload {
+                            [0] => false,
+                            [1] => true,
+                            _ => {
+                                return fatal(AlertDescription::DecodeError, "malformed KeyUpdate")
+                            }
+                        };
+                        if !rest.is_empty() || renegotiations > 0 {
+                            return fatal(
+                                AlertDescription::UnexpectedMessage,
+                                "KeyUpdate not alone in its record",
+                            );
+                        }
+                        return Ok(Control::KeyUpdate { update_requested });
+                    }
+                    HandshakeType::ClientHello if version == Version::Tls12 => renegotiations += 1,
+                    _ => {
+                        return fatal(
+                            AlertDescription::UnexpectedMessage,
+                            "unexpected post-handshake message",
+                        )
+                    }
+                }
+            }
+            Ok(match renegotiations {
+                0 => Control::Ignore,
+                n => Control::Renegotiation(n),
+            })
+        }
+        ContentType::ChangeCipherSpec => fatal(
+            AlertDescription::UnexpectedMessage,
+            "ChangeCipherSpec after the handshake",
+        ),
+        _ => fatal(AlertDescription::UnexpectedMessage, "unknown record type"),
     }
 }
 
@@ -458,8 +487,14 @@ impl Transport for KtlsStream {
     }
 
     async fn close(&mut self) -> Result<(), TransportError> {
-        self.send_control(CONTENT_ALERT, &[ALERT_WARNING, ALERT_CLOSE_NOTIFY])
-            .await?;
+        self.send_control(
+            ContentType::Alert,
+            &[
+                AlertLevel::Warning.into(),
+                AlertDescription::CloseNotify.into(),
+            ],
+        )
+        .await?;
         socket2::SockRef::from(&self.sock).shutdown(std::net::Shutdown::Write)?;
         Ok(())
     }
@@ -468,5 +503,61 @@ impl Transport for KtlsStream {
 
     fn path(&self) -> Path {
         Path::Ktls
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALERT: u8 = 21;
+    const HANDSHAKE: u8 = 22;
+
+    #[test]
+    fn control_records_decode_to_what_they_ask() {
+        use Version::{Tls12, Tls13};
+        let d = decode_control;
+        assert_eq!(d(Tls13, ALERT, &[1, 0]), Ok(Control::Closed));
+        assert_eq!(d(Tls13, ALERT, &[1, 90]), Ok(Control::Ignore));
+        assert_eq!(d(Tls12, ALERT, &[1, 42]), Ok(Control::Ignore));
+        assert_eq!(
+            d(Tls13, ALERT, &[1, 42]),
+            Ok(Control::PeerAlert(AlertDescription::BadCertificate))
+        );
+        assert_eq!(
+            d(Tls13, HANDSHAKE, &[24, 0, 0, 1, 1]),
+            Ok(Control::KeyUpdate {
+                update_requested: true
+            })
+        );
+        assert_eq!(
+            d(Tls12, HANDSHAKE, &[1, 0, 0, 0, 1, 0, 0, 0]),
+            Ok(Control::Renegotiation(2))
+        );
+        assert_eq!(d(Tls13, HANDSHAKE, &[]), Ok(Control::Ignore));
+        let alert = |r: Result<Control, Fatal>| r.unwrap_err().alert;
+        assert_eq!(alert(d(Tls13, ALERT, &[1])), AlertDescription::DecodeError);
+        assert_eq!(
+            alert(d(Tls13, HANDSHAKE, &[24, 0, 0, 1, 2])),
+            AlertDescription::DecodeError
+        );
+        assert_eq!(
+            alert(d(Tls13, HANDSHAKE, &[24, 0, 0, 1, 0, 24, 0, 0, 1, 0])),
+            AlertDescription::UnexpectedMessage
+        );
+        assert_eq!(
+            alert(d(Tls13, HANDSHAKE, &[24, 0, 0, 9, 0])),
+            AlertDescription::DecodeError
+        );
+        // A TLS 1.3 ClientHello, a TLS 1.2 KeyUpdate, ChangeCipherSpec and
+        // unknown types are out of place after the handshake.
+        for (v, t, m) in [
+            (Tls13, HANDSHAKE, &[1u8, 0, 0, 0][..]),
+            (Tls12, HANDSHAKE, &[24, 0, 0, 1, 0][..]),
+            (Tls13, 20, &[1][..]),
+            (Tls13, 99, &[][..]),
+        ] {
+            assert_eq!(alert(d(v, t, m)), AlertDescription::UnexpectedMessage);
+        }
     }
 }
