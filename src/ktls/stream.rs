@@ -400,6 +400,17 @@ impl KtlsStream {
     }
 }
 
+/// Bytes for one `sendfile` call with `left` to send and room for `room`
+/// more records under the current key (at least 3, which `reserve_tx`
+/// makes sure of): at most 8 MiB (nginx uses 2 MiB), and no more records
+/// than the key may still protect, counting one for a record the call may
+/// end early and one to stay below the limit. A cipher without a practical
+/// limit gives a room near `u64::MAX`.
+fn sendfile_chunk(left: u64, room: u64) -> usize {
+    let records = room.saturating_sub(2).max(1);
+    left.min(8 << 20).min(records.saturating_mul(MAX_FRAGMENT)) as usize
+}
+
 fn records_for(bytes: u64) -> u64 {
     bytes.div_ceil(MAX_FRAGMENT).max(1)
 }
@@ -462,11 +473,7 @@ impl Transport for KtlsStream {
             // still protect: each call may end a record early (hence the
             // extra one counted).
             self.reserve_tx(2).await?;
-            let records = self.limit - self.tx_records - 1;
-            // One sendfile call moves at most this much (nginx uses 2 MiB).
-            let chunk = (end - offset)
-                .min(8 << 20)
-                .min((records - 1) * MAX_FRAGMENT) as usize;
+            let chunk = sendfile_chunk(end - offset, self.limit - self.tx_records);
             self.writable().await?;
             let mut off = offset;
             match self.sock.try_io(Interest::WRITABLE, || {
@@ -512,6 +519,20 @@ mod tests {
 
     const ALERT: u8 = 21;
     const HANDSHAKE: u8 = 22;
+
+    #[test]
+    fn sendfile_chunks_stay_within_the_key_limit() {
+        // No practical limit (as for some TLS 1.2 suites): 8 MiB.
+        assert_eq!(sendfile_chunk(1 << 40, u64::MAX), 8 << 20);
+        assert_eq!(sendfile_chunk(1 << 40, u64::MAX - 5), 8 << 20);
+        assert_eq!(sendfile_chunk(100, u64::MAX), 100);
+        // Room for 10 records: 8 of them in full, plus the one a short call
+        // may close, stays below the limit.
+        assert_eq!(sendfile_chunk(1 << 40, 10), 8 * 16384);
+        assert!(records_for(sendfile_chunk(1 << 40, 10) as u64) + 1 < 10);
+        // The least reserve_tx leaves: one record.
+        assert_eq!(sendfile_chunk(1 << 40, 3), 16384);
+    }
 
     #[test]
     fn control_records_decode_to_what_they_ask() {
