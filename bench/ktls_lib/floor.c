@@ -147,14 +147,16 @@ static void send_file(int sock, int file, off_t size) {
   }
 }
 
+/* A pipe's default capacity: a bigger pipe (1 MiB) measured dearer. */
+#define WINDOW (64 * 1024)
+
 /* splice() src -> pipe -> dst until `limit` bytes (or EOF when limit < 0). */
 static long long splice_loop(int src, int dst, long long limit) {
   int p[2];
   if (pipe(p) < 0) die("pipe");
-  fcntl(p[1], F_SETPIPE_SZ, 1 << 20);
   long long moved = 0;
   while (limit < 0 || moved < limit) {
-    size_t want = 1 << 20;
+    size_t want = WINDOW;
     if (limit >= 0 && (long long)want > limit - moved) want = (size_t)(limit - moved);
     ssize_t in = splice(src, NULL, p[1], NULL, want, SPLICE_F_MOVE);
     if (in < 0) die("splice from the socket");
