@@ -104,7 +104,9 @@ qemu_path() { printf '%s' "${1//,/,,}"; }  # a comma in a QEMU option value is d
 
 # shellcheck disable=SC2054  # the commas are QEMU's
 accel=(-accel tcg,thread=multi)
+# shellcheck disable=SC2054
 ((!icount)) || accel=(-accel tcg,thread=single -icount shift=0,align=off,sleep=off)
+# shellcheck disable=SC2054
 qemu=(
   qemu-system-x86_64
   "${accel[@]}" -cpu max
