@@ -17,6 +17,7 @@ floor binary; CONFIG.json says which cases and sizes to run.
 """
 
 import ctypes
+import itertools
 import json
 import os
 import resource
@@ -205,14 +206,17 @@ class Server:
             os.killpg(self.popen.pid, 9)
         except (ProcessLookupError, PermissionError):
             pass
+        self.log.close()
 
 
-def next_port(_ports=[19000]):
-    _ports[0] += 1
-    return _ports[0]
+_PORTS = itertools.count(19001)
 
 
-def start_servers(cfg, work):
+def next_port():
+    return next(_PORTS)
+
+
+def start_servers(cfg):
     cert, key = os.path.join(RUN, "cert.pem"), os.path.join(RUN, "key.pem")
     pem = os.path.join(RUN, "cert+key.pem")
     tlsfront = os.path.join(RUN, "tlsfront")
@@ -606,7 +610,7 @@ def main():
     os.environ["PATH"] += ":/usr/sbin:/sbin"
     prepare(work, cfg)
     print("KBENCH-META " + json.dumps(versions(cfg)), flush=True)
-    srv = start_servers(cfg, work)
+    srv = start_servers(cfg)
     backend = srv["backend"]
     size = cfg["size"]
     mib = size / (1 << 20)
