@@ -8,10 +8,13 @@
 # caller's working directory, streams its output live to stdout, and exits
 # with CMD's exit code (carried back through a second, writable 9p share).
 #
-# Usage: tests/guest/run.sh [--timeout SECONDS] [--mem MiB] [--smp N] -- CMD [ARGS...]
+# Usage: tests/guest/run.sh [--timeout SECONDS] [--mem MiB] [--smp N] [--icount] -- CMD [ARGS...]
 #   --timeout  kill the guest after SECONDS (default 1800) -> exit 124
 #   --mem      guest RAM in MiB (default 3072)
 #   --smp      guest CPUs (default 2)
+#   --icount   deterministic cost: one vCPU, single-threaded TCG, and one
+#              virtual nanosecond per guest instruction (CPU times read in the
+#              guest are instruction counts; its wall clock is meaningless)
 # Exit status: CMD's status; 124 on timeout; 125 if the guest failed before
 # reporting one (boot failure, panic); 2 on usage errors.
 # Passed into the guest: PATH, HOME, every TLSFRONT_*, CARGO_*, RUST_* variable,
@@ -29,16 +32,17 @@ usage() {
 }
 die() { echo "run.sh: ERROR: $1" >&2; exit "${2:-125}"; }
 
-timeout_s=1800 mem=3072 smp=2
+timeout_s=1800 mem=3072 smp=2 icount=0 smp_given=0
 while (($#)); do
   case $1 in
+    --icount) icount=1; shift ;;
     --timeout|--mem|--smp)
       (($# >= 2)) || { usage; die "$1 needs a value" 2; }
       [[ $2 =~ ^[1-9][0-9]*$ ]] || { usage; die "$1 needs a positive integer, got '$2'" 2; }
       case $1 in
         --timeout) timeout_s=$2 ;;
         --mem) mem=$2 ;;
-        --smp) smp=$2 ;;
+        --smp) smp=$2 smp_given=1 ;;
       esac
       shift 2 ;;
     --) shift; break ;;
@@ -47,6 +51,12 @@ while (($#)); do
   esac
 done
 (($#)) || { usage; die "no command given" 2; }
+if ((icount)); then
+  # QEMU refuses icount with multi-threaded TCG, and one vCPU keeps the count
+  # a single sequence of instructions.
+  ((!smp_given || smp == 1)) || { usage; die "--icount runs one vCPU; --smp $smp does not fit" 2; }
+  smp=1
+fi
 
 "$script_dir/build.sh" --quiet || die "building the guest failed"
 # shellcheck source=/dev/null
@@ -93,9 +103,13 @@ cmd_prefix=()
 qemu_path() { printf '%s' "${1//,/,,}"; }  # a comma in a QEMU option value is doubled
 
 # shellcheck disable=SC2054  # the commas are QEMU's
+accel=(-accel tcg,thread=multi)
+# shellcheck disable=SC2054
+((!icount)) || accel=(-accel tcg,thread=single -icount shift=0,align=off,sleep=off)
+# shellcheck disable=SC2054
 qemu=(
   qemu-system-x86_64
-  -accel tcg,thread=multi -cpu max
+  "${accel[@]}" -cpu max
   -m "$mem" -smp "$smp"
   -nodefaults -no-user-config -no-reboot -display none
   -serial stdio

@@ -1,0 +1,696 @@
+"""bench/ktls_lib/guest.py: the measuring half of bench/ktls, run INSIDE the
+kTLS guest booted with `tests/guest/run.sh --icount`.
+
+Owns one boot's measurements: it copies the served files into the guest's
+tmpfs, starts every server (tlsfront serve and proxy, nginx, HAProxy, the
+floor programs and the plain backend) once, drives them with clients that
+live in this process (every loop bounded by a count), and around each case
+reads every task's CPU time (/proc/*/task/*/schedstat, which under icount is
+an instruction count), /proc/stat and /proc/net/tls_stat.  Each finished
+case is printed as one line `KBENCH-CASE <json>` on stdout, for the host
+half (bench/ktls) to collect; progress goes to stdout as plain lines.
+
+    python3 bench/ktls_lib/guest.py WORKDIR CONFIG.json
+
+WORKDIR (on the host, seen through 9p) holds cert.pem, key.pem and the
+floor binary; CONFIG.json says which cases and sizes to run.
+"""
+
+import ctypes
+import itertools
+import json
+import os
+import resource
+import shutil
+import socket
+import ssl
+import struct
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+from compare_lib import servers as S  # noqa: E402
+
+RUN = "/run/kbench"
+SUITES = {
+    "aes128": "TLS_AES_128_GCM_SHA256",
+    "aes256": "TLS_AES_256_GCM_SHA384",
+    "chacha": "TLS_CHACHA20_POLY1305_SHA256",
+}
+# Every connect, read and wait below has a count as its bound; these are
+# the counts (virtual time under icount jumps over idle periods, so a
+# deadline in seconds would bound nothing real).
+CONNECT_TRIES = 20000
+READ_CALLS = 1 << 20
+
+
+def log(msg):
+    print("kbench:", msg, flush=True)
+
+
+def emit(case):
+    print("KBENCH-CASE " + json.dumps(case, sort_keys=True), flush=True)
+
+
+# ---------------------------------------------------------------- readings
+
+def all_tasks():
+    """{(pid, tid): run time in ns} for every task in the guest."""
+    out = {}
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for t in tids:
+            try:
+                with open(f"/proc/{p}/task/{t}/schedstat") as f:
+                    out[(int(p), int(t))] = int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def proc_stat():
+    """The first /proc/stat line: user nice system idle iowait irq softirq steal."""
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:9]]
+
+
+def tls_stat():
+    out = {}
+    try:
+        with open("/proc/net/tls_stat") as f:
+            for line in f:
+                k, v = line.split()
+                out[k] = int(v)
+    except OSError:
+        pass
+    return out
+
+
+TICK_NS = 1e9 / os.sysconf("SC_CLK_TCK")
+KTHREAD_NAMES = ("kworker", "ksoftirqd", "kthreadd", "rcu", "migration", "idle_inject", "cpuhp")
+
+
+def comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+class Reading:
+    """Every task's CPU time, /proc/stat and tls_stat at one moment."""
+
+    def __init__(self):
+        self.tasks = all_tasks()
+        self.stat = proc_stat()
+        self.tls = tls_stat()
+
+
+def between(r0, r1, server_pids, backend_pids):
+    """Instructions between two Readings: the server's tasks, this client,
+    the backend, and every other task (kernel threads: work moved out of
+    the process lands there), plus /proc/stat's busy time for the guest."""
+    me = os.getpid()
+    groups = {"server": 0, "client": 0, "backend": 0, "other": 0}
+    other_by = {}
+    for (p, t), ns in r1.tasks.items():
+        d = ns - r0.tasks.get((p, t), 0)
+        if p in server_pids:
+            groups["server"] += d
+        elif p == me:
+            groups["client"] += d
+        elif p in backend_pids:
+            groups["backend"] += d
+        else:
+            groups["other"] += d
+            if d > 0:
+                name = comm(t)
+                for k in KTHREAD_NAMES:
+                    if name.startswith(k):
+                        name = k
+                        break
+                other_by[name] = other_by.get(name, 0) + d
+    ds = [b - a for a, b in zip(r0.stat, r1.stat)]
+    busy = ds[0] + ds[1] + ds[2] + ds[5] + ds[6] + ds[7]
+    tls = {k: r1.tls.get(k, 0) - r0.tls.get(k, 0) for k in r1.tls
+           if r1.tls.get(k, 0) != r0.tls.get(k, 0)}
+    return {
+        "instructions": groups,
+        "other_tasks": dict(sorted(other_by.items(), key=lambda kv: -kv[1])[:6]),
+        "proc_stat_busy_instructions": busy * TICK_NS,
+        "proc_stat_softirq_instructions": ds[6] * TICK_NS,
+        "proc_stat_system_instructions": ds[2] * TICK_NS,
+        "tls_stat_delta": tls,
+    }
+
+
+# ---------------------------------------------------------------- servers
+
+class Server:
+    def __init__(self, name, argv, port, kind):
+        self.name, self.argv, self.port, self.kind = name, argv, port, kind
+        self.log = open(os.path.join(RUN, f"{name}.log"), "ab")
+        self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.log,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+        for _ in range(CONNECT_TRIES):
+            if self.popen.poll() is not None:
+                raise SystemExit(f"kbench: {name} exited with {self.popen.returncode}: {self.tail()}")
+            if self.listening():
+                break
+            time.sleep(0.01)
+        else:
+            raise SystemExit(f"kbench: {name} did not listen on {port}: {self.tail()}")
+
+    def listening(self):
+        # The floor programs take every connection as a client (a probe
+        # would be one): they say when they listen.  The servers are probed.
+        if self.kind in ("floor", "backend"):
+            return "listening" in self.tail()
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=5).close()
+            return True
+        except OSError:
+            return False
+
+    def tail(self):
+        self.log.flush()
+        try:
+            with open(os.path.join(RUN, f"{self.name}.log"), "rb") as f:
+                return f.read()[-600:].decode(errors="replace")
+        except OSError:
+            return "?"
+
+    def pids(self):
+        if self.popen.poll() is not None:
+            raise SystemExit(f"kbench: {self.name} died ({self.popen.returncode}): {self.tail()}")
+        return set(S.tree(self.popen.pid))
+
+    def stop(self):
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(20)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.popen.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.log.close()
+
+
+_PORTS = itertools.count(19001)
+
+
+def next_port():
+    return next(_PORTS)
+
+
+def start_servers(cfg):
+    cert, key = os.path.join(RUN, "cert.pem"), os.path.join(RUN, "key.pem")
+    pem = os.path.join(RUN, "cert+key.pem")
+    tlsfront = os.path.join(RUN, "tlsfront")
+    floor = os.path.join(RUN, "floor")
+    big = os.path.join(RUN, "www", "big")
+    suites = ":".join(SUITES.values())
+    srv = {}
+    p = next_port()
+    srv["backend"] = Server("backend", [floor, "backend", str(p), big, "1000000"], p, "backend")
+    backend = p
+    toml = os.path.join(RUN, "tlsfront.toml")
+    with open(toml, "w") as f:
+        f.write(S.TLSFRONT_TOML)
+    p = next_port()
+    srv["tlsfront"] = Server("tlsfront", [tlsfront, "serve", os.path.join(RUN, "www"), "--listen",
+                                          f"127.0.0.1:{p}", "--cert", cert, "--key", key,
+                                          "--workers", "1", "--config", toml], p, "serve")
+    p = next_port()
+    common = dict(dir=RUN, port=p, www=os.path.join(RUN, "www"), cert=cert, key=key, pem=pem,
+                  cipher=suites, backend=backend)
+    conf = os.path.join(RUN, "nginx.conf")
+    tls = S.NGINX_TLS.format(**common) + "    ssl_conf_command Options KTLS;\n"
+    with open(conf, "w") as f:
+        f.write(S.NGINX.format(tag="tls", ssl=" ssl", tls=tls, **common))
+    srv["nginx"] = Server("nginx", ["nginx", "-p", RUN, "-c", conf, "-e",
+                                    os.path.join(RUN, "nginx-error.log")], p, "serve")
+    p = next_port()
+    srv["tlsfront-proxy"] = Server("tlsfront-proxy", [tlsfront, "proxy", "--listen", f"127.0.0.1:{p}",
+                                                      "--backend", f"127.0.0.1:{backend}", "--cert", cert,
+                                                      "--key", key, "--workers", "1"], p, "proxy")
+    p = next_port()
+    common.update(port=p)
+    conf = os.path.join(RUN, "haproxy.cfg")
+    with open(conf, "w") as f:
+        f.write(S.HAPROXY.format(**common))
+    srv["haproxy"] = Server("haproxy", ["haproxy", "-db", "-f", conf], p, "proxy")
+    for c in SUITES:
+        p = next_port()
+        srv[f"floor-{c}"] = Server(f"floor-{c}", [floor, "serve", str(p), big, c, "1000"], p, "floor")
+    p = next_port()
+    srv["floor-proxy-down"] = Server("floor-proxy-down", [floor, "proxy-down", str(p), str(backend),
+                                                          "aes128", "1000"], p, "floor")
+    p = next_port()
+    srv["floor-proxy-up"] = Server("floor-proxy-up", [floor, "proxy-up", str(p), str(backend), "aes128",
+                                                      "1000", str(cfg["size"])], p, "floor")
+    return srv
+
+
+# ---------------------------------------------------------------- clients
+
+_libssl = ctypes.CDLL("libssl.so.3")
+_libssl.SSL_CTX_set_ciphersuites.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+
+
+def client_ctx(suite):
+    """A TLS 1.3 client context that offers only `suite`.  Python's ssl has
+    no call for TLS 1.3 suites, so OpenSSL's own is called on the context
+    (the SSL_CTX pointer follows the object header); every connection
+    checks the suite it got, so a wrong pointer could not go unseen."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # the client's cost is not measured; skip its work
+    ctx.minimum_version = ctx.maximum_version = ssl.TLSVersion.TLSv1_3
+    ptr = ctypes.c_void_p.from_address(id(ctx) + 2 * ctypes.sizeof(ctypes.c_void_p)).value
+    if _libssl.SSL_CTX_set_ciphersuites(ptr, SUITES[suite].encode()) != 1:
+        raise SystemExit("kbench: SSL_CTX_set_ciphersuites failed")
+    return ctx
+
+
+class BioConn:
+    """A TLS connection whose transport this process drives (MemoryBIO), so
+    that after the handshake the server's records can be read raw and
+    thrown away undecrypted: the client's share of the single vCPU stays
+    small and nothing of it is counted anyway."""
+
+    def __init__(self, port, ctx, suite):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=600)
+        self.inc, self.out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.obj = ctx.wrap_bio(self.inc, self.out, server_hostname="localhost")
+        for _ in range(1000):
+            try:
+                self.obj.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self.flush()
+                data = self.sock.recv(65536)
+                if not data:
+                    raise SystemExit("kbench: the server closed during the handshake")
+                self.inc.write(data)
+        self.flush()
+        got = self.obj.cipher()[0]
+        if got != SUITES[suite]:
+            raise SystemExit(f"kbench: negotiated {got}, wanted {SUITES[suite]}")
+
+    def flush(self):
+        data = self.out.read()
+        if data:
+            self.sock.sendall(data)
+
+    def send(self, data):
+        for i in range(0, len(data), 16384):
+            self.obj.write(data[i:i + 16384])
+            self.flush()
+
+    def read_line(self):
+        """Decrypts until a line arrives (post-handshake tickets are taken in passing)."""
+        buf = b""
+        for _ in range(READ_CALLS):
+            try:
+                buf += self.obj.read(65536)
+                if b"\n" in buf:
+                    return buf
+            except ssl.SSLWantReadError:
+                data = self.sock.recv(65536)
+                if not data:
+                    return buf
+                self.inc.write(data)
+            except ssl.SSLZeroReturnError:
+                return buf
+        return buf
+
+    def close(self):
+        self.sock.close()
+
+
+FULL_RECORD = 16384 + 17  # TLS 1.3: a full plaintext, its content type byte, the tag
+
+
+def read_raw(sock):
+    """Reads TLS records until the peer's EOF, without decrypting them; the
+    byte count and how many records came, and how many were full (a server
+    that sends short records pays the per-record cost more often)."""
+    buf = bytearray(1 << 20)
+    view = memoryview(buf)
+    total = records = full = need = 0
+    head = b""
+    for _ in range(READ_CALLS):
+        n = sock.recv_into(buf)
+        if n == 0:
+            return {"wire_bytes": total, "records": records, "full_records": full}
+        total += n
+        pos = 0
+        while pos < n:  # each turn consumes at least one byte
+            if need:
+                take = min(need, n - pos)
+                pos += take
+                need -= take
+                continue
+            take = min(5 - len(head), n - pos)
+            head += bytes(view[pos:pos + take])
+            pos += take
+            if len(head) == 5:
+                need = int.from_bytes(head[3:5], "big")
+                records += 1
+                full += need == FULL_RECORD
+                head = b""
+    raise SystemExit("kbench: more reads than the bound")
+
+
+def floor_key(cipher):
+    """The fixed kTLS key of floor.c, as the struct setsockopt(TLS_TX) takes."""
+    def fill(n, base):
+        return bytes((base + i) & 0xFF for i in range(n))
+    if cipher == "aes128":
+        return struct.pack("<HH", 0x0304, 51) + fill(8, 0x40) + fill(16, 0x10) + fill(4, 0x60) + bytes(8)
+    if cipher == "aes256":
+        return struct.pack("<HH", 0x0304, 52) + fill(8, 0x40) + fill(32, 0x10) + fill(4, 0x60) + bytes(8)
+    return struct.pack("<HH", 0x0304, 54) + fill(12, 0x40) + fill(32, 0x10) + bytes(8)
+
+
+def settle():
+    """Lets the server finish what the client's last close started (it is
+    runnable; this process sleeps, so it runs)."""
+    time.sleep(0.05)
+
+
+# ---------------------------------------------------------------- cases
+
+def http_get(s, path, close=False):
+    """One GET on an SSLSocket; the body length (checks 200 and Content-Length)."""
+    req = f"GET {path} HTTP/1.1\r\nHost: localhost\r\n"
+    if close:
+        req += "Connection: close\r\n"
+    s.sendall((req + "\r\n").encode())
+    buf = b""
+    for _ in range(READ_CALLS):
+        i = buf.find(b"\r\n\r\n")
+        if i >= 0:
+            break
+        chunk = s.recv(65536)
+        if not chunk:
+            raise SystemExit(f"kbench: connection closed before a response head ({buf[:60]!r})")
+        buf += chunk
+    head, body = buf[:i].decode("latin-1"), buf[i + 4:]
+    if not head.startswith("HTTP/1.1 200"):
+        raise SystemExit(f"kbench: unexpected response {head[:60]!r}")
+    length = None
+    for line in head.split("\r\n")[1:]:
+        k, _, v = line.partition(":")
+        if k.strip().lower() == "content-length":
+            length = int(v)
+    if length is None:
+        raise SystemExit("kbench: response without Content-Length")
+    for _ in range(READ_CALLS):
+        if len(body) >= length:
+            break
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    if len(body) != length:
+        raise SystemExit(f"kbench: body {len(body)} bytes, expected {length}")
+    return length
+
+
+def measured(srv, backend, fn):
+    pids = srv.pids()
+    bpids = backend.pids()
+    r0 = Reading()
+    detail = fn()
+    settle()
+    r1 = Reading()
+    out = between(r0, r1, pids | srv.pids(), bpids)
+    out["detail"] = detail
+    return out
+
+
+def download(srv, backend, cipher, path, size):
+    """One download; ciphertext read raw.  Floors get a plain connection."""
+    if srv.kind == "floor":
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=600)
+        if srv.name != "floor-proxy-down":
+            s.sendall(b"GET\n")
+        got = read_raw(s)
+        s.close()
+        return got
+    c = BioConn(srv.port, client_ctx(cipher), cipher)
+    if srv.kind == "proxy":
+        c.send(b"D\n")
+    else:
+        c.send(f"GET /{path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode())
+    got = read_raw(c.sock)
+    c.close()
+    if got["wire_bytes"] < size:
+        raise SystemExit(f"kbench: {srv.name}: {got['wire_bytes']} bytes on the wire, expected more than {size}")
+    return got
+
+
+def upload(srv, cipher, size, chunk=bytes(1 << 20)):
+    """size bytes through the proxy to the backend, which answers the count."""
+    if srv.kind == "floor":
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=600)
+        s.setsockopt(socket.SOL_TCP, 31, b"tls")  # TCP_ULP
+        s.setsockopt(282, 1, floor_key(cipher))  # SOL_TLS, TLS_TX
+        sent = 0
+        for _ in range(READ_CALLS):
+            if sent >= size:
+                break
+            sent += s.send(chunk[:min(len(chunk), size - sent)])
+        line = s.recv(64)
+        s.close()
+    else:
+        c = BioConn(srv.port, client_ctx(cipher), cipher)
+        c.send(f"U {size}\n".encode())
+        for _ in range(size // len(chunk)):
+            c.send(chunk)
+        c.send(chunk[:size % len(chunk)])
+        line = c.read_line()
+        c.close()
+    if line.strip() != str(size).encode():
+        raise SystemExit(f"kbench: {srv.name}: the backend answered {line[:40]!r}, expected {size}")
+    return {"bytes": size}
+
+
+def first_session(srv):
+    """A session ticket from one full handshake, to resume from (uncounted)."""
+    ctx = client_ctx("aes128")
+    s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", srv.port), timeout=600),
+                        server_hostname="localhost")
+    http_get(s, "/1k", close=True)
+    session = s.session
+    s.close()
+    return ctx, session
+
+
+def sessions(srv, n, resume, primed=None):
+    """n connections, each: handshake, GET /1k, close; resumed ones offer
+    the session ticket the previous connection received (the first, the one
+    of `primed`, a (context, session) from first_session)."""
+    ctx, session = primed or (client_ctx("aes128"), None)
+    reused = 0
+    for _ in range(n):
+        raw = socket.create_connection(("127.0.0.1", srv.port), timeout=600)
+        s = ctx.wrap_socket(raw, server_hostname="localhost", session=session if resume else None)
+        http_get(s, "/1k", close=True)
+        reused += s.session_reused
+        if resume:
+            session = s.session
+        s.close()
+    if resume and reused < n:
+        raise SystemExit(f"kbench: {srv.name}: only {reused} of {n} sessions were resumed")
+    if not resume and reused:
+        raise SystemExit(f"kbench: {srv.name}: {reused} sessions resumed in the full-handshake case")
+    return {"sessions": n, "resumed": reused}
+
+
+def keepalive_requests(s, n):
+    for _ in range(n):
+        http_get(s, "/1k")
+    return {"requests": n}
+
+
+def idle_rss(srv, n):
+    """n connections, each resumed, one GET /1k answered, then left open:
+    the server's RSS growth.  (Resumption only saves the client's time;
+    what an established connection holds does not depend on it.)"""
+    ctx = client_ctx("aes128")
+    first = ctx.wrap_socket(socket.create_connection(("127.0.0.1", srv.port)), server_hostname="localhost")
+    http_get(first, "/1k")
+    session = first.session
+    settle()
+    before = S.rss_kib(srv.pids())
+    t0 = tls_stat()
+    socks = []
+    try:
+        for _ in range(n):
+            s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", srv.port), timeout=600),
+                                server_hostname="localhost", session=session)
+            http_get(s, "/1k")
+            session = s.session
+            socks.append(s)
+        time.sleep(1.0)
+        after = S.rss_kib(srv.pids())
+        t1 = tls_stat()
+    finally:
+        for s in socks:
+            s.close()
+        first.close()
+    settle()
+    return {"connections": n, "rss_before_kib": before, "rss_after_kib": after,
+            "kib_per_conn": (after - before) / n,
+            "tls_curr_tx": t1.get("TlsCurrTxSw", 0) - t0.get("TlsCurrTxSw", 0),
+            "tls_curr_rx": t1.get("TlsCurrRxSw", 0) - t0.get("TlsCurrRxSw", 0)}
+
+
+# ---------------------------------------------------------------- main
+
+def prepare(work, cfg):
+    if os.path.exists(RUN):
+        shutil.rmtree(RUN)
+    os.makedirs(os.path.join(RUN, "www"))
+    os.chmod(RUN, 0o755)
+    os.chmod(os.path.join(RUN, "www"), 0o755)
+    for name in ("cert.pem", "key.pem", "floor"):
+        shutil.copy(os.path.join(work, name), os.path.join(RUN, name))
+    shutil.copy(cfg["tlsfront"], os.path.join(RUN, "tlsfront"))
+    with open(os.path.join(RUN, "cert+key.pem"), "w") as f:
+        f.write(open(os.path.join(RUN, "cert.pem")).read() + open(os.path.join(RUN, "key.pem")).read())
+    for name in ("cert.pem", "key.pem", "cert+key.pem"):
+        os.chmod(os.path.join(RUN, name), 0o644)
+    # the same bytes in every boot: a fixed pattern (compression plays no part)
+    block = bytes(range(256)) * 4096
+    with open(os.path.join(RUN, "www", "big"), "wb") as f:
+        for _ in range(cfg["size"] // len(block)):
+            f.write(block)
+    with open(os.path.join(RUN, "www", "1k"), "wb") as f:
+        f.write(block[:1024])
+    with open(os.path.join(RUN, "www", "1m"), "wb") as f:
+        f.write(block[:1 << 20])
+    for name in ("big", "1k", "1m"):
+        os.chmod(os.path.join(RUN, "www", name), 0o644)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (65536, 65536))
+
+
+def versions(cfg):
+    def first_line(cmd):
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            return ((r.stdout + r.stderr).strip().splitlines() or ["?"])[0]
+        except (OSError, subprocess.TimeoutExpired):
+            return "?"
+    return {"kernel": os.uname().release, "tlsfront": first_line([cfg["tlsfront"], "--version"]),
+            "nginx": first_line(["nginx", "-v"]), "haproxy": first_line(["haproxy", "-v"]),
+            "openssl": ssl.OPENSSL_VERSION}
+
+
+def main():
+    work, cfg_path = sys.argv[1], sys.argv[2]
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    os.environ["PATH"] += ":/usr/sbin:/sbin"
+    prepare(work, cfg)
+    print("KBENCH-META " + json.dumps(versions(cfg)), flush=True)
+    srv = start_servers(cfg)
+    backend = srv["backend"]
+    size = cfg["size"]
+    mib = size / (1 << 20)
+    only = set(cfg.get("only") or [])
+
+    def want(group):
+        return not only or group in only
+
+    def case(group, name, server, unit, units, fn, **extra):
+        log(f"{name} {server.name}")
+        m = measured(server, backend, fn)
+        m.update(case=name, group=group, server=server.name, unit=unit, units=units, **extra)
+        emit(m)
+
+    try:
+        # warm-up: each server's code and its libraries are paged in (over
+        # 9p) before anything is counted
+        for c in SUITES:
+            download(srv["tlsfront"], backend, c, "1m", 1 << 20)
+            download(srv["nginx"], backend, c, "1m", 1 << 20)
+        for name in ("tlsfront", "nginx"):
+            sessions(srv[name], 5, False)
+            sessions(srv[name], 5, True, first_session(srv[name]))
+        for name in ("tlsfront-proxy", "haproxy"):
+            download(srv[name], backend, "aes128", None, 0)
+            upload(srv[name], "aes128", 1 << 20)
+
+        if want("download"):
+            for c in SUITES:
+                for name in ("tlsfront", "nginx", f"floor-{c}"):
+                    case("download", f"download {c}", srv[name], "MiB", mib,
+                         lambda: download(srv[name], backend, c, "big", size), cipher=c)
+        if want("proxy"):
+            for name in ("tlsfront-proxy", "haproxy", "floor-proxy-down"):
+                case("proxy", "proxy download aes128", srv[name], "MiB", mib,
+                     lambda: download(srv[name], backend, "aes128", None, size), cipher="aes128")
+            for name in ("tlsfront-proxy", "haproxy", "floor-proxy-up"):
+                case("proxy", "proxy upload aes128", srv[name], "MiB", mib,
+                     lambda: upload(srv[name], "aes128", size), cipher="aes128")
+        if want("handshake"):
+            n = cfg["sessions"]
+            for resume in (False, True):
+                label = "resumed" if resume else "full"
+                for name in ("tlsfront", "nginx"):
+                    primed = first_session(srv[name]) if resume else None
+                    case("handshake", f"{label} handshake + GET 1k", srv[name], "session", n,
+                         lambda: sessions(srv[name], n, resume, primed), cipher="aes128")
+        if want("keepalive"):
+            n = cfg["requests"]
+            for name in ("tlsfront", "nginx"):
+                ctx = client_ctx("aes128")
+                s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", srv[name].port), timeout=600),
+                                    server_hostname="localhost")
+                keepalive_requests(s, 3)
+                case("keepalive", "keep-alive GET 1k", srv[name], "request", n,
+                     lambda: keepalive_requests(s, n), cipher="aes128")
+                s.close()
+        if want("repeat"):
+            # the same case again, late in the same boot: its spread
+            for name in ("tlsfront", "nginx", "floor-aes128"):
+                case("repeat", "download aes128 (again)", srv[name], "MiB", mib,
+                     lambda: download(srv[name], backend, "aes128", "big", size), cipher="aes128")
+            for name in ("tlsfront-proxy", "haproxy", "floor-proxy-down"):
+                case("repeat", "proxy download aes128 (again)", srv[name], "MiB", mib,
+                     lambda: download(srv[name], backend, "aes128", None, size), cipher="aes128")
+            for name in ("tlsfront", "nginx"):
+                primed = first_session(srv[name])
+                case("repeat", "resumed handshake + GET 1k (again)", srv[name], "session", cfg["sessions"],
+                     lambda: sessions(srv[name], cfg["sessions"], True, primed), cipher="aes128")
+        if want("idle"):
+            for name in ("tlsfront", "nginx"):
+                log(f"idle {name}")
+                d = idle_rss(srv[name], cfg["idle"])
+                emit(dict(case="idle kTLS connection", group="idle", server=name, unit="connection",
+                          units=cfg["idle"], detail=d, cipher="aes128"))
+    finally:
+        for s in srv.values():
+            s.stop()
+    print("KBENCH-DONE", flush=True)
+
+
+if __name__ == "__main__":
+    main()
