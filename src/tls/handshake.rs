@@ -101,11 +101,12 @@ pub async fn handshake(
     // Grown record by record (a ClientHello is usually under 2 KiB): a
     // connection that goes idle after its handshake keeps little memory.
     let mut incoming = vec![0u8; 2048];
-    let mut used = read_more(sock, &mut incoming, 0, record_by_record).await?;
+    let mut reads = 0;
+    let mut used = read_more(sock, &mut incoming, 0, record_by_record, &mut reads).await?;
     // The whole ClientHello first, for the checks below: it may span
     // records (read one by one, so still nothing past the handshake).
     while hello::gather(&incoming[..used]) == Gathered::Partial {
-        used += read_more(sock, &mut incoming, used, record_by_record).await?;
+        used += read_more(sock, &mut incoming, used, record_by_record, &mut reads).await?;
     }
     // The ClientHello picks the configuration; rustls checks it properly,
     // except for what `hello` refuses.
@@ -188,7 +189,7 @@ pub async fn handshake(
             });
         }
         if need_read {
-            used += read_more(sock, &mut incoming, used, record_by_record).await?;
+            used += read_more(sock, &mut incoming, used, record_by_record, &mut reads).await?;
         }
     }
 }
@@ -233,14 +234,28 @@ fn send_plaintext_alert(sock: &TcpStream, alert: AlertDescription) {
     let _ = sock.try_write(&record);
 }
 
+/// Most reads one handshake may take. A real one takes a handful (the
+/// ClientHello, then the client's second flight, each in a record or a
+/// few). Each read looks again at everything read before it (the
+/// ClientHello is joined from its first record, whole records are skipped
+/// from the start), so a client that trickled a handshake in thousands of
+/// tiny records or segments would make the server work quadratically.
+const MAX_HANDSHAKE_READS: u32 = 64;
+
 /// Read after `buf[..used]`: exactly one more record, or whatever has
-/// arrived.
+/// arrived. `reads` counts the handshake's reads against
+/// [`MAX_HANDSHAKE_READS`].
 async fn read_more(
     sock: &mut TcpStream,
     buf: &mut Vec<u8>,
     used: usize,
     record_by_record: bool,
+    reads: &mut u32,
 ) -> Result<usize, HandshakeError> {
+    *reads += 1;
+    if *reads > MAX_HANDSHAKE_READS {
+        return Err(TransportError::Protocol("handshake sent in too many pieces").into());
+    }
     if record_by_record {
         read_one_record(sock, buf, used).await
     } else {

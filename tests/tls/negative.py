@@ -17,6 +17,7 @@ decrypt errors in /proc/net/tls_stat. Ends with "N passed, M failed".
 
 import os
 import re
+import select
 import socket
 import ssl
 import struct
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 from tlslite.api import HandshakeSettings, TLSConnection
 from tlslite.errors import TLSAbruptCloseError, TLSRemoteAlert
@@ -283,6 +285,34 @@ def case_empty_appdata_in_handshake(srv):
         f"want an encrypted alert last, got {[(ct, len(p)) for ct, p in recs]}")
 
 
+def case_trickled_hello(srv):
+    # A ClientHello in 1-byte records, each in its own segment: a handshake
+    # may take only so many reads (each read looks again at all the earlier
+    # ones), so the server gives up long before the last piece, without a
+    # ServerHello.
+    msg = client_hello(extra=ext(21, b"\x00" * 800))
+    pieces = [record(HANDSHAKE, msg[i:i + 1]) for i in range(len(msg))]
+    got = b""
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=SAFETY) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sent = 0
+        for p in pieces:
+            try:
+                s.sendall(p)
+            except OSError:
+                break
+            sent += 1
+            time.sleep(0.002)
+            if select.select([s], [], [], 0)[0]:
+                try:
+                    got = s.recv(65536)
+                except OSError:
+                    pass
+                break
+    assert sent < len(pieces), f"all {len(pieces)} pieces were taken"
+    assert not got.startswith(bytes([HANDSHAKE])), f"the handshake went on: {got[:16].hex()}"
+
+
 def case_fallback_scsv_tls12(srv):
     msg = client_hello(suites=(0xC02B, 0xC02F, 0x5600), versions=())
     expect_plain_alert(srv.port, record(HANDSHAKE, msg), INAPPROPRIATE_FALLBACK)
@@ -388,6 +418,7 @@ CASES = [
     ("empty application_data between ClientHello fragments", case_empty_appdata_between_fragments),
     ("empty application_data in a TLS 1.3 handshake", case_empty_appdata_in_handshake),
     ("empty handshake record", case_empty_handshake_record),
+    ("ClientHello trickled in 1-byte records", case_trickled_hello),
     ("TLS_FALLBACK_SCSV at TLS 1.2", case_fallback_scsv_tls12),
     ("TLS_FALLBACK_SCSV in a split ClientHello", case_fallback_scsv_split),
     ("TLS_FALLBACK_SCSV beside TLS 1.3 is accepted", case_fallback_scsv_tls13_is_fine),
