@@ -35,6 +35,8 @@ pub enum PrivilegeError {
         user: String,
         uid: Uid,
     },
+    #[error("{origin}: running as root drops no privilege: name an unprivileged user (e.g. www-data), or leave the setting out")]
+    Root { origin: String },
     #[error("{origin}: cannot switch to user {user:?}: {step} failed: {source}")]
     Switch {
         origin: String,
@@ -71,6 +73,11 @@ impl RunAs {
                 origin: origin("user"),
                 name: user.into(),
             })?;
+        if found.uid.is_root() {
+            return Err(PrivilegeError::Root {
+                origin: origin("user"),
+            });
+        }
         let gid = match group {
             None => found.gid,
             Some(g) => {
@@ -122,8 +129,8 @@ impl RunAs {
         nix::unistd::setgid(self.gid).map_err(step("setgid"))?;
         nix::unistd::setuid(self.uid).map_err(step("setuid"))?;
         // There is no way back: a uid of 0 now would mean the switch did
-        // not take (or `user` is root itself, which gains nothing).
-        if !self.uid.is_root() && nix::unistd::setuid(Uid::from_raw(0)).is_ok() {
+        // not take.
+        if nix::unistd::setuid(Uid::from_raw(0)).is_ok() {
             return Err(step("dropping root")(nix::Error::EPERM));
         }
         Ok(())

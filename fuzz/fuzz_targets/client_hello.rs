@@ -1,10 +1,10 @@
 //! The ClientHello reader (`tls::hello`, reached through the public
 //! `ServerConfigs::for_client_hello`, which the accept path calls with the
-//! first record). On arbitrary records: no panic; a server name is 1..=253
-//! printable ASCII bytes, lower-cased, that the record really holds; a
-//! resumption offer picks the configuration that sends at most one ticket
-//! and is only seen where the record holds a pre_shared_key extension
-//! type. Differential: where rustls itself accepts a ClientHello that fits
+//! records the hello came in: it joins them). On arbitrary records: no
+//! panic; a server name is 1..=253 printable ASCII bytes, lower-cased, that
+//! the handshake records' payloads, joined, really hold; a resumption offer
+//! picks the configuration that sends at most one ticket and is only seen
+//! where those payloads hold a pre_shared_key extension type. Differential: where rustls itself accepts a ClientHello that fits
 //! in this one record and finds a server name, the reader finds the same
 //! name (the PROXY v2 authority TLV and logs carry it).
 #![no_main]
@@ -38,19 +38,34 @@ fn fits_one_record(r: &[u8]) -> bool {
     r.len() >= 5 + rec && 4 + msg <= rec
 }
 
+/// The payloads of the handshake records at the front, back to back (what
+/// a ClientHello split across records is made of), joined independently of
+/// the reader under test.
+fn joined(mut r: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while r.len() >= 5 && r[0] == 22 {
+        let n = u16::from_be_bytes([r[3], r[4]]) as usize;
+        let end = (5 + n).min(r.len());
+        out.extend_from_slice(&r[5..end]);
+        r = &r[end..];
+    }
+    out
+}
+
 fuzz_target!(|record: &[u8]| {
+    let payloads = joined(record);
     let (cfg, hello) = configs().for_client_hello(record);
     if let Some(name) = &hello.sni {
         assert!(!name.is_empty() && name.len() <= 253);
         assert!(name
             .bytes()
             .all(|b| b.is_ascii_graphic() && !b.is_ascii_uppercase()));
-        let lower = record.to_ascii_lowercase();
+        let lower = payloads.to_ascii_lowercase();
         assert!(lower.windows(name.len()).any(|w| w == name.as_bytes()));
     }
     if hello.offers_psk {
         assert!(cfg.send_tls13_tickets <= 1);
-        assert!(record.windows(2).any(|w| w == [0, 41]));
+        assert!(payloads.windows(2).any(|w| w == [0, 41]));
     } else {
         assert_eq!(cfg.send_tls13_tickets, TlsOptions::default().tls13_tickets);
     }

@@ -19,6 +19,15 @@ def put(target, name, data):
         data = data.encode()
     with open(os.path.join(d, name), "wb") as f:
         f.write(data)
+    # Every captured ClientHello also split into 100-byte records, as a
+    # client may send it (the reader joins them).
+    if target == "client_hello" and len(data) > 5 and data[0] == 22:
+        n = struct.unpack(">H", data[3:5])[0]
+        payload = data[5:5 + n]
+        split = b"".join(bytes([22]) + data[1:3] + struct.pack(">H", len(payload[i:i + 100]))
+                         + payload[i:i + 100] for i in range(0, len(payload), 100))
+        with open(os.path.join(d, name + "-split"), "wb") as f:
+            f.write(split)
 
 
 def capture(run, want_tls):

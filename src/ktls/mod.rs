@@ -123,18 +123,25 @@ pub fn confidentiality_limit(suite: SupportedCipherSuite) -> u64 {
 
 /// Records one key may protect before it is replaced (TLS 1.3 on a kernel
 /// that rekeys) or the connection ends: the cipher's confidentiality limit.
-/// For tests only, `TLSFRONT_TEST_RECORD_LIMIT` (read once, at least 16)
-/// lowers it, so that a download of a few MiB reaches it.
+/// In debug builds (the tests'), `TLSFRONT_TEST_RECORD_LIMIT` (read once,
+/// at least 16) lowers it, so that a download of a few MiB reaches it; a
+/// release build never reads it.
 pub fn record_limit(suite: SupportedCipherSuite) -> u64 {
-    static TEST_LIMIT: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
     let limit = confidentiality_limit(suite);
-    let test = TEST_LIMIT.get_or_init(|| {
-        std::env::var("TLSFRONT_TEST_RECORD_LIMIT")
-            .ok()?
-            .parse()
-            .ok()
-    });
-    test.map_or(limit, |t: u64| t.clamp(16, limit))
+    #[cfg(debug_assertions)]
+    {
+        static TEST_LIMIT: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+        let test = TEST_LIMIT.get_or_init(|| {
+            std::env::var("TLSFRONT_TEST_RECORD_LIMIT")
+                .ok()?
+                .parse()
+                .ok()
+        });
+        if let Some(t) = *test {
+            return t.clamp(16, limit);
+        }
+    }
+    limit
 }
 
 /// Why a set of secrets could not be expressed for the kernel.

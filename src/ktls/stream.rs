@@ -205,18 +205,17 @@ impl KtlsStream {
                 self.key_update(update_requested).await?;
                 Ok(false)
             }
-            Ok(Control::Renegotiation(requests)) => {
-                // Refused the way rustls does: a warning each.
-                for _ in 0..requests {
-                    self.send_control(
-                        ContentType::Alert,
-                        &[
-                            AlertLevel::Warning.into(),
-                            AlertDescription::NoRenegotiation.into(),
-                        ],
-                    )
-                    .await?;
-                }
+            Ok(Control::Renegotiation) => {
+                // Refused the way rustls does: with a warning (one for the
+                // record, however many requests it holds).
+                self.send_control(
+                    ContentType::Alert,
+                    &[
+                        AlertLevel::Warning.into(),
+                        AlertDescription::NoRenegotiation.into(),
+                    ],
+                )
+                .await?;
                 Ok(false)
             }
         }
@@ -256,8 +255,8 @@ pub enum Control {
     PeerAlert(AlertDescription),
     /// A TLS 1.3 KeyUpdate, alone in its record.
     KeyUpdate { update_requested: bool },
-    /// This many TLS 1.2 renegotiation requests (ClientHellos).
-    Renegotiation(usize),
+    /// TLS 1.2 renegotiation: one or more ClientHellos.
+    Renegotiation,
 }
 
 /// A control record that ends the connection with this alert of ours.
@@ -321,9 +320,10 @@ pub fn decode_control(version: Version, record_type: u8, msg: &[u8]) -> Result<C
                     }
                 }
             }
-            Ok(match renegotiations {
-                0 => Control::Ignore,
-                n => Control::Renegotiation(n),
+            Ok(if renegotiations > 0 {
+                Control::Renegotiation
+            } else {
+                Control::Ignore
             })
         }
         ContentType::ChangeCipherSpec => fatal(
@@ -553,7 +553,7 @@ mod tests {
         );
         assert_eq!(
             d(Tls12, HANDSHAKE, &[1, 0, 0, 0, 1, 0, 0, 0]),
-            Ok(Control::Renegotiation(2))
+            Ok(Control::Renegotiation)
         );
         assert_eq!(d(Tls13, HANDSHAKE, &[]), Ok(Control::Ignore));
         let alert = |r: Result<Control, Fatal>| r.unwrap_err().alert;

@@ -225,6 +225,11 @@ impl Proxy {
 
     /// The backend answered: say so if it had been failing.
     fn backend_up(&self) {
+        // A load first: the line is shared by every worker, and a swap on
+        // every connection would write it every time.
+        if self.failing.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         let n = self.failing.swap(0, Ordering::Relaxed);
         if n > 0 {
             if let Some(left_out) = self.log.allow("backend_up") {

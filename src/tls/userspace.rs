@@ -331,21 +331,15 @@ impl UserTls {
         Ok(())
     }
 
-    /// Plaintext for the next file chunk: what the socket's send buffer has
-    /// room for, in whole records, between [`MIN_CHUNK`] and [`FILE_CHUNK`].
-    /// The kernel counts its buffer in memory (`sk_wmem_queued`), which runs
-    /// above the bytes queued by the buffers' own overhead (about a sixth on
-    /// loopback, seen at the point where writes stop): a quarter is allowed
-    /// for it. `sndbuf`: the buffer's size, read once per file.
-    fn file_chunk(&self, left: u64, sndbuf: usize) -> usize {
-        if left <= MIN_CHUNK as u64 {
-            return left as usize;
-        }
+    /// Room left in the socket's send buffer, in bytes the kernel will
+    /// still take: its size (read each time: the kernel grows it as the
+    /// connection speeds up) less what is queued, with a quarter more for
+    /// the kernel's own overhead (it counts memory, `sk_wmem_queued`, which
+    /// runs above the bytes queued).
+    fn send_room(&self) -> usize {
+        let size = rustix::net::sockopt::socket_send_buffer_size(&self.sock).unwrap_or(FILE_CHUNK);
         let queued = crate::sys::send_queued(self.sock.as_fd()).unwrap_or(0);
-        let room = sndbuf.saturating_sub(queued + queued / 4);
-        (room / MIN_CHUNK * MIN_CHUNK)
-            .clamp(MIN_CHUNK, FILE_CHUNK)
-            .min(left.min(FILE_CHUNK as u64) as usize)
+        size.saturating_sub(queued + queued / 4)
     }
 
     /// Read more TLS bytes from the socket. `Ok(false)` on EOF.
@@ -367,6 +361,20 @@ impl UserTls {
         self.consume_plaintext(n);
         n
     }
+}
+
+/// Plaintext for the next write of a file response, head included, with
+/// `total` left to send: all of it when it fits one record; otherwise what
+/// the socket has `room` for, in whole records, between [`MIN_CHUNK`] and
+/// [`FILE_CHUNK`].
+fn chunk_size(total: u64, room: Option<usize>) -> usize {
+    if total <= MIN_CHUNK as u64 {
+        return total as usize;
+    }
+    let room = room.unwrap_or(FILE_CHUNK);
+    (room / MIN_CHUNK * MIN_CHUNK)
+        .clamp(MIN_CHUNK, FILE_CHUNK)
+        .min(total.min(FILE_CHUNK as u64) as usize)
 }
 
 impl Transport for UserTls {
@@ -441,17 +449,13 @@ impl Transport for UserTls {
         len: u64,
     ) -> Result<(), TransportError> {
         let end = offset + len;
-        let sndbuf = if len > MIN_CHUNK as u64 {
-            rustix::net::sockopt::socket_send_buffer_size(&self.sock).unwrap_or(FILE_CHUNK)
-        } else {
-            0
-        };
         while offset < end {
-            let want = self.file_chunk(end - offset, sndbuf);
             // The corked head goes first, in the same record as the body start.
+            let head = self.corked.len();
+            let total = end - offset + head as u64;
+            let room = (total > MIN_CHUNK as u64).then(|| self.send_room());
+            let want = chunk_size(total, room).saturating_sub(head).max(1);
             let n = STAGING.with_borrow_mut(|staging| {
-                let head = self.corked.len();
-                let want = want.saturating_sub(head).max(1);
                 if staging.len() < head + want {
                     staging.resize(FILE_CHUNK.max(head + want), 0);
                 }
@@ -501,5 +505,27 @@ impl Transport for UserTls {
 
     fn path(&self) -> Path {
         Path::Userspace
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_chunks_follow_the_room_in_the_socket() {
+        // A small response, head and body, goes in one record whatever the
+        // room.
+        assert_eq!(chunk_size(450, None), 450);
+        assert_eq!(chunk_size(MIN_CHUNK as u64, Some(0)), MIN_CHUNK);
+        // Larger: whole records the socket has room for, within bounds.
+        assert_eq!(chunk_size(1 << 30, Some(5 * MIN_CHUNK + 7)), 5 * MIN_CHUNK);
+        assert_eq!(chunk_size(1 << 30, Some(1 << 30)), FILE_CHUNK);
+        assert_eq!(chunk_size(1 << 30, Some(0)), MIN_CHUNK);
+        // Never more than is left.
+        assert_eq!(
+            chunk_size(MIN_CHUNK as u64 + 5, Some(1 << 30)),
+            MIN_CHUNK + 5
+        );
     }
 }

@@ -520,6 +520,9 @@ pub fn s_client(
     let mut err = child.stderr.take().unwrap();
     let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
     let sink = seen.clone();
+    // Set once s_client's output ends: nothing more can be waited for.
+    let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ended_in = ended.clone();
     let o = std::thread::spawn(move || {
         let mut chunk = [0u8; 4096];
         loop {
@@ -528,6 +531,7 @@ pub fn s_client(
                 Ok(n) => sink.lock().unwrap().extend_from_slice(&chunk[..n]),
             }
         }
+        ended_in.store(true, std::sync::atomic::Ordering::SeqCst);
     });
     let e = std::thread::spawn(move || {
         let mut s = Vec::new();
@@ -544,6 +548,7 @@ pub fn s_client(
             Step::WaitFor(text) => {
                 let deadline = Instant::now() + Duration::from_secs(20);
                 while Instant::now() < deadline
+                    && !ended.load(std::sync::atomic::Ordering::SeqCst)
                     && !String::from_utf8_lossy(&seen.lock().unwrap()).contains(text)
                 {
                     std::thread::sleep(Duration::from_millis(20));
