@@ -19,8 +19,12 @@ fn reference(header: &str, size: u64) -> Option<RangeResult> {
     Some(match (first.is_empty(), last.is_empty()) {
         (true, false) if digits(last) => {
             let n = num(last)?;
-            if n == 0 || size == 0 {
+            if n == 0 {
                 RangeResult::Unsatisfiable
+            } else if size == 0 {
+                // 14.1.1: a suffix range is satisfiable on an empty
+                // representation; all of it is nothing: an empty 200.
+                RangeResult::Full
             } else {
                 RangeResult::Partial {
                     start: size.saturating_sub(n),
