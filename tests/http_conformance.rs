@@ -223,7 +223,15 @@ fn expect_100_continue() {
     );
     let r = split_responses(&out, &[false]);
     assert!(closed && r.len() == 1 && r[0].status == 200, "{out}");
-    server.stop_and_check_path(2 + refused.len() as u64);
+    // The body sent with the head, without waiting: no 100 (it would be an
+    // answer to nothing), just the response.
+    let (out, closed) = exchange(
+        server.port,
+        b"GET /hello.txt HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\nConnection: close\r\n\r\nabcde",
+    );
+    let r = split_responses(&out, &[false]);
+    assert!(closed && r.len() == 1 && r[0].status == 200, "{out}");
+    server.stop_and_check_path(3 + refused.len() as u64);
 }
 
 #[test]
