@@ -10,6 +10,8 @@
 # Usage: tests/package.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=tests/lib.sh
+. tests/lib.sh
 passed=0 failed=0
 check() { # description, then a command that must succeed
   local what=$1; shift
@@ -62,12 +64,7 @@ chmod 666 "$dir/notify"
 env "$env_line" XDG_DATA_HOME="$dir/state" NOTIFY_SOCKET="$dir/notify" \
   $exec_start --listen 127.0.0.1:0 >"$dir/log" 2>&1 &
 pid=$!
-port=
-for _ in $(seq 100); do
-  port=$(sed -n 's|.*https://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$dir/log" | head -n1)
-  [[ -z $port ]] || break
-  sleep 0.1
-done
+port=$(tlsfront_port "$dir/log")
 check "the installed tlsfront starts with the packaged config" test -n "$port"
 for _ in $(seq 50); do grep -q READY=1 "$dir/notified" && break; sleep 0.1; done
 check "systemd hears READY=1" grep -qx READY=1 "$dir/notified"

@@ -7,6 +7,8 @@
 # Usage: tests/testssl.sh [TLSFRONT_BINARY]   (default target/debug/tlsfront)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=tests/lib.sh
+. tests/lib.sh
 bin=${1:-target/debug/tlsfront}
 dir=$(mktemp -d)
 pid=
@@ -17,12 +19,7 @@ mkdir "$dir/www"
 echo hello >"$dir/www/index.html"
 XDG_DATA_HOME=$dir "$bin" serve "$dir/www" --listen 127.0.0.1:0 --workers 1 >"$dir/log" 2>&1 &
 pid=$!
-port=
-for _ in $(seq 100); do
-  port=$(sed -n 's|.*https://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$dir/log" | head -n1)
-  [[ -z $port ]] || break
-  sleep 0.1
-done
+port=$(tlsfront_port "$dir/log")
 [[ -n $port ]] || { echo "tlsfront did not start: $(cat "$dir/log")" >&2; exit 1; }
 
 timeout 900 testssl --quiet --color 0 --warnings off --severity LOW \
