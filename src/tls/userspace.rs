@@ -7,10 +7,10 @@
 //! a file chunk is read once, encrypted once and written once. Buffers are
 //! dropped while the connection is idle, and a client that stops reading
 //! leaves the connection holding little: file plaintext is staged in one
-//! buffer per thread, a file chunk is no larger than the room left in the
-//! socket's send buffer (so records are made about as fast as the socket
-//! takes them, not ahead of it), and after a moment without progress the
-//! output queue gives back its spare room.
+//! buffer per thread, once the socket's send buffer has been found full a
+//! file chunk is no larger than the room left in it (so records are made
+//! about as fast as the socket takes them, not ahead of it), and after a
+//! moment without progress the output queue gives back its spare room.
 
 use super::handshake::{queue_alert, Handshaken, MAX_RECORD};
 use super::outbuf::OutBuf;
@@ -316,7 +316,15 @@ impl UserTls {
     /// spare room while the wait goes on; past the send timeout (`stall`)
     /// without progress, an error.
     async fn flush(&mut self) -> Result<(), TransportError> {
+        self.flush_waiting().await.map(drop)
+    }
+
+    /// [`Self::flush`], and whether it had to wait for the socket (its send
+    /// buffer was full).
+    async fn flush_waiting(&mut self) -> Result<bool, TransportError> {
+        let mut waited = false;
         while !self.try_flush()? {
+            waited = true;
             let first = SLOW_AFTER.min(self.stall);
             if let Ok(r) = tokio::time::timeout(first, self.sock.writable()).await {
                 r?;
@@ -328,7 +336,7 @@ impl UserTls {
                 Err(_) => return Err(TransportError::SendTimeout(self.stall)),
             }
         }
-        Ok(())
+        Ok(waited)
     }
 
     /// Room left in the socket's send buffer, in bytes the kernel will
@@ -449,11 +457,17 @@ impl Transport for UserTls {
         len: u64,
     ) -> Result<(), TransportError> {
         let end = offset + len;
+        // Whether the last write found the socket's buffer full: only then
+        // is the room in it asked for (two system calls, which cost as much
+        // as a good part of a chunk's encryption), so that a client that
+        // keeps up costs nothing more, and one that falls behind gets
+        // chunks no larger than the socket takes.
+        let mut full = false;
         while offset < end {
             // The corked head goes first, in the same record as the body start.
             let head = self.corked.len();
             let total = end - offset + head as u64;
-            let room = (total > MIN_CHUNK as u64).then(|| self.send_room());
+            let room = (full && total > MIN_CHUNK as u64).then(|| self.send_room());
             let want = chunk_size(total, room).saturating_sub(head).max(1);
             let n = STAGING.with_borrow_mut(|staging| {
                 if staging.len() < head + want {
@@ -469,7 +483,7 @@ impl Transport for UserTls {
                 Ok(n)
             })?;
             offset += n as u64;
-            self.flush().await?;
+            full = self.flush_waiting().await?;
         }
         Ok(())
     }
