@@ -1,17 +1,22 @@
-//! The command line: `serve`, `check` (and the other jobs as they land).
+//! The command line. `run --config FILE` runs whatever the file describes;
+//! `serve` and `proxy` are shortcuts for a one-site file: their flags fill
+//! the same keys a config file has (same names: `--keepalive-timeout` is
+//! `[timeouts] keepalive`, `--backend` is `backend`), and one resolver
+//! (`config::settings`) turns the result into the settings both services
+//! read.
 
-use crate::config::{
-    check_timeout, check_workers, default_workers, parse_listen, ConfigError, FileConfig, KtlsMode,
-    ServeConfig,
-};
+use crate::config::file::{FileConfig, OneOrMany, ProxyVersion};
+use crate::config::settings::{self, Origins};
+use crate::config::{ConfigError, KtlsMode, Settings};
 use clap::{Args, Parser, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Parser, Debug)]
 #[command(
     name = "tlsfront",
     version,
-    about = "A TLS front end for Linux: static files over HTTPS with kernel TLS + sendfile"
+    about = "A TLS front end for Linux: static files over HTTPS and TLS termination for TCP \
+             backends, with kernel TLS + sendfile/splice"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -20,30 +25,40 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Serve a directory over HTTPS (HTTP/1.1).
+    /// Run the sites a config file describes (static files and backends on
+    /// the same listeners, chosen by the name the client asks for).
+    Run(Box<RunArgs>),
+    /// Serve a directory over HTTPS (HTTP/1.1): one site, from flags.
     Serve(Box<ServeArgs>),
-    /// Terminate TLS for a plain-TCP backend (like hitch or stud).
-    Proxy(Box<crate::proxy::ProxyArgs>),
+    /// Terminate TLS for a plain-TCP backend (like hitch or stud): one
+    /// site, from flags.
+    Proxy(Box<ProxyArgs>),
+    /// Check a config file (nginx -t, hitch --test).
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Show what this kernel's TLS offload can do, and how to fix each "no".
     Check,
     /// Measure an HTTPS server (download, tps, requests).
     Bench(Box<crate::bench::BenchArgs>),
 }
 
-/// What every TLS-serving command takes: addresses, identity, workers and
-/// the kTLS mode.
+#[derive(Subcommand, Debug)]
+pub enum ConfigCommand {
+    /// Parse FILE, load every certificate and key, check that keys match
+    /// and names are covered, warn about certificates near expiry, and
+    /// print the resolved sites. Exits 0 if tlsfront would start with it.
+    Check {
+        /// The config file.
+        file: PathBuf,
+    },
+}
+
+/// Process-wide settings every command that listens takes.
 #[derive(Args, Debug, Default)]
-pub struct FrontArgs {
+pub struct GlobalArgs {
     /// Address to listen on, IPv4 or IPv6 (repeatable) [default: 127.0.0.1:8443].
     #[arg(long, value_name = "ADDR")]
     pub listen: Vec<String>,
-    /// Certificate chain, PEM (server certificate first). Default: a
-    /// self-signed certificate made on first run.
-    #[arg(long, value_name = "FILE", requires = "key")]
-    pub cert: Option<PathBuf>,
-    /// Private key for --cert, PEM (PKCS#8, RSA or EC).
-    #[arg(long, value_name = "FILE", requires = "cert")]
-    pub key: Option<PathBuf>,
     /// Worker threads [default: number of cores].
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
@@ -57,30 +72,99 @@ pub struct FrontArgs {
     /// ... and this group [default: the user's own].
     #[arg(long, value_name = "NAME", requires = "user")]
     pub group: Option<String>,
+    /// Expect a PROXY v1/v2 header from a load balancer in front, and pass
+    /// its client address on. Only from --proxy-from sources.
+    #[arg(long)]
+    pub accept_proxy: bool,
+    /// Trusted sources of PROXY headers (CIDR, repeatable)
+    /// [default: 127.0.0.0/8 and ::1/128]. Other sources are refused.
+    #[arg(long, value_name = "CIDR", requires = "accept_proxy")]
+    pub proxy_from: Vec<String>,
+    /// Seconds allowed for the TLS handshake [default: 10].
+    #[arg(long, value_name = "SECS")]
+    pub handshake_timeout: Option<f64>,
 }
 
-impl FrontArgs {
-    /// The user to run as: the flags, else `file`'s `user`/`group` settings
-    /// (`in_file(key)` names such a setting).
-    pub fn run_as(
-        &self,
-        file_user: Option<&str>,
-        file_group: Option<&str>,
-        in_file: impl Fn(&str) -> String,
-    ) -> Result<Option<crate::privileges::RunAs>, ConfigError> {
-        use crate::privileges::RunAs;
-        Ok(match (&self.user, file_user) {
-            (Some(u), _) => Some(RunAs::resolve(u, self.group.as_deref(), |k| {
-                format!("--{k}")
-            })?),
-            (None, Some(u)) => Some(RunAs::resolve(u, file_group, in_file)?),
-            (None, None) if file_group.is_some() => {
-                return Err(ConfigError::GroupWithoutUser {
-                    origin: in_file("group"),
-                })
-            }
-            (None, None) => None,
-        })
+impl GlobalArgs {
+    /// Put the flags that were given into `f`, noting where they came from.
+    fn lower(&self, f: &mut FileConfig, o: &mut Origins) {
+        if !self.listen.is_empty() {
+            f.listen = self
+                .listen
+                .iter()
+                .map(|l| toml::Spanned::new(0..0, l.clone()))
+                .collect();
+            o.flag("listen", "--listen");
+        }
+        if let Some(w) = self.workers {
+            f.workers = Some(w);
+            o.flag("workers", "--workers");
+        }
+        if let Some(k) = self.ktls {
+            f.ktls = Some(k);
+        }
+        if let Some(u) = &self.user {
+            f.user = Some(u.clone());
+            f.group = self.group.clone();
+            o.flag("user", "--user");
+            o.flag("group", "--group");
+        }
+        if self.accept_proxy {
+            f.accept_proxy = Some(true);
+            o.flag("accept_proxy", "--accept-proxy");
+        }
+        if !self.proxy_from.is_empty() {
+            f.proxy_from = Some(self.proxy_from.clone());
+            o.flag("proxy_from", "--proxy-from");
+        }
+        if let Some(v) = self.handshake_timeout {
+            f.timeouts.handshake = v;
+            o.flag("[timeouts] handshake", "--handshake-timeout");
+        }
+    }
+}
+
+/// The certificate of the one site of `serve`/`proxy`.
+#[derive(Args, Debug, Default)]
+pub struct IdentityArgs {
+    /// Certificate chain, PEM (server certificate first). Default: a
+    /// self-signed certificate made on first run.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// Private key for --cert, PEM (PKCS#8, RSA or EC).
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<PathBuf>,
+}
+
+impl IdentityArgs {
+    fn lower(&self, f: &mut FileConfig, o: &mut Origins) {
+        if let (Some(c), Some(k)) = (&self.cert, &self.key) {
+            f.cert = Some(OneOrMany::One(c.clone()));
+            f.key = Some(OneOrMany::One(k.clone()));
+            o.flag("cert", "--cert");
+            o.flag("key", "--key");
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The config file: listeners and [[site]] tables (see docs/CONFIG.md).
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    #[command(flatten)]
+    pub global: GlobalArgs,
+}
+
+impl RunArgs {
+    pub fn resolve(&self) -> Result<Settings, ConfigError> {
+        let (mut file, text) = FileConfig::load(&self.config)?;
+        let mut o = Origins {
+            file: Some(self.config.clone()),
+            ..Default::default()
+        };
+        self.global.lower(&mut file, &mut o);
+        settings::resolve(file, &text, &o, None)
     }
 }
 
@@ -89,22 +173,22 @@ pub struct ServeArgs {
     /// Directory to serve [default: the current directory].
     pub dir: Option<PathBuf>,
     #[command(flatten)]
-    pub front: FrontArgs,
+    pub global: GlobalArgs,
+    #[command(flatten)]
+    pub identity: IdentityArgs,
     /// List directories that have no index.html.
     #[arg(long)]
     pub autoindex: bool,
     /// Serve files reached through symlinks that lead outside DIR.
     #[arg(long)]
     pub follow_symlinks_outside: bool,
-    /// TOML file with these settings plus [limits] and [timeouts].
+    /// TOML file with these settings plus [limits] and [timeouts] (one
+    /// site; for several, use `tlsfront run --config`).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Seconds allowed for the TLS handshake [default: 10].
-    #[arg(long, value_name = "SECS")]
-    pub handshake_timeout: Option<f64>,
     /// Seconds allowed to receive a request head [default: 60].
-    #[arg(long, value_name = "SECS")]
-    pub header_timeout: Option<f64>,
+    #[arg(long, value_name = "SECS", alias = "header-timeout")]
+    pub request_header_timeout: Option<f64>,
     /// Seconds an idle keep-alive connection is kept [default: 75].
     #[arg(long, value_name = "SECS")]
     pub keepalive_timeout: Option<f64>,
@@ -113,96 +197,170 @@ pub struct ServeArgs {
     pub send_timeout: Option<f64>,
 }
 
-impl ServeArgs {
-    /// Merge defaults, the config file and the flags.
-    pub fn resolve(&self) -> Result<ServeConfig, ConfigError> {
-        let file = match &self.config {
-            Some(p) => FileConfig::load(p)?,
-            None => FileConfig::default(),
-        };
-        let file_origin = self
-            .config
-            .as_ref()
-            .map(|p| format!("config file {}", p.display()))
-            .unwrap_or_default();
-        let mut listen = Vec::new();
-        if !self.front.listen.is_empty() {
-            for l in &self.front.listen {
-                listen.push(parse_listen("--listen", l)?);
-            }
-        } else if !file.listen.is_empty() {
-            for l in &file.listen {
-                listen.push(parse_listen(&format!("{file_origin}, setting listen"), l)?);
-            }
-        } else {
-            listen.push(parse_listen("default", "127.0.0.1:8443")?);
-        }
-        let workers = self
-            .front
-            .workers
-            .or(file.workers)
-            .unwrap_or_else(default_workers);
-        let in_file = |key: &str| format!("{file_origin}, setting {key}");
-        check_workers(
-            &if self.front.workers.is_some() {
-                "--workers".to_string()
-            } else {
-                in_file("workers")
-            },
-            workers,
-        )?;
-        let mut timeouts = file.timeouts;
-        timeouts.check(|k| in_file(&format!("[timeouts] {k}")))?;
-        for (flag, name, slot) in [
-            (
-                self.handshake_timeout,
-                "--handshake-timeout",
-                &mut timeouts.handshake,
+/// The config file of `serve`/`proxy`, if any, checked to describe one
+/// site at most.
+fn one_site_file(
+    path: Option<&Path>,
+    command: &str,
+) -> Result<(FileConfig, String, Origins), ConfigError> {
+    let Some(path) = path else {
+        return Ok((FileConfig::default(), String::new(), Origins::default()));
+    };
+    let (file, text) = FileConfig::load(path)?;
+    if !file.site.is_empty() {
+        return Err(ConfigError::Invalid {
+            origin: format!("config file {}", path.display()),
+            message: format!(
+                "[[site]] tables describe several sites: run them with 'tlsfront run \
+                 --config {}' ('tlsfront {command}' serves one site)",
+                path.display()
             ),
+        });
+    }
+    let o = Origins {
+        file: Some(path.into()),
+        ..Default::default()
+    };
+    Ok((file, text, o))
+}
+
+impl ServeArgs {
+    /// Defaults, then the config file, then the flags.
+    pub fn resolve(&self) -> Result<Settings, ConfigError> {
+        let (mut f, text, mut o) = one_site_file(self.config.as_deref(), "serve")?;
+        if let Some(b) = &f.backend {
+            return Err(ConfigError::Invalid {
+                origin: o.of("backend"),
+                message: format!(
+                    "backend = {b:?} is for 'tlsfront proxy' or 'tlsfront run': serve has a root"
+                ),
+            });
+        }
+        self.global.lower(&mut f, &mut o);
+        self.identity.lower(&mut f, &mut o);
+        if let Some(d) = &self.dir {
+            f.root = Some(d.clone());
+        }
+        if self.autoindex {
+            f.autoindex = Some(true);
+        }
+        if self.follow_symlinks_outside {
+            f.follow_symlinks_outside = Some(true);
+        }
+        for (v, slot, key, flag) in [
             (
-                self.header_timeout,
-                "--header-timeout",
-                &mut timeouts.request_header,
+                self.request_header_timeout,
+                &mut f.timeouts.request_header,
+                "[timeouts] request_header",
+                "--request-header-timeout",
             ),
             (
                 self.keepalive_timeout,
+                &mut f.timeouts.keepalive,
+                "[timeouts] keepalive",
                 "--keepalive-timeout",
-                &mut timeouts.keepalive,
             ),
-            (self.send_timeout, "--send-timeout", &mut timeouts.send),
+            (
+                self.send_timeout,
+                &mut f.timeouts.send,
+                "[timeouts] send",
+                "--send-timeout",
+            ),
         ] {
-            if let Some(v) = flag {
-                check_timeout(name, v)?;
+            if let Some(v) = v {
                 *slot = v;
+                o.flag(key, flag);
             }
         }
-        file.limits.check(|k| in_file(&format!("[limits] {k}")))?;
-        Ok(ServeConfig {
-            root: self
-                .dir
-                .clone()
-                .or(file.root)
-                .unwrap_or_else(|| PathBuf::from(".")),
-            listen,
-            cert: self.front.cert.clone().or(file.cert),
-            key: self.front.key.clone().or(file.key),
-            workers,
-            ktls: self.front.ktls.or(file.ktls).unwrap_or(KtlsMode::Auto),
-            autoindex: self.autoindex || file.autoindex.unwrap_or(false),
-            follow_symlinks_outside: self.follow_symlinks_outside
-                || file.follow_symlinks_outside.unwrap_or(false),
-            run_as: self
-                .front
-                .run_as(file.user.as_deref(), file.group.as_deref(), in_file)?,
-            limits: file.limits,
-            timeouts,
-        })
+        settings::resolve(f, &text, &o, Some(Path::new(".")))
+    }
+}
+
+#[derive(Args, Debug, Default)]
+pub struct ProxyArgs {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(flatten)]
+    pub identity: IdentityArgs,
+    /// The plain-TCP service: HOST:PORT, or a Unix socket path.
+    #[arg(long, value_name = "ADDR", required_unless_present = "config")]
+    pub backend: Option<String>,
+    /// Send a PROXY protocol header (v1 text, or v2 binary with ALPN, SNI
+    /// and SSL TLVs) to the backend first.
+    #[arg(long, value_enum, value_name = "VERSION")]
+    pub write_proxy: Option<ProxyVersion>,
+    /// ALPN protocols to offer, comma-separated (e.g. h2,http/1.1) [default: none].
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub alpn: Vec<String>,
+    /// TOML file with these settings plus [limits] and [timeouts] (one
+    /// site; for several, use `tlsfront run --config`).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Seconds allowed to connect to the backend [default: 5].
+    #[arg(long, value_name = "SECS")]
+    pub connect_timeout: Option<f64>,
+    /// Seconds without a byte in either direction before closing [default: 300].
+    #[arg(long, value_name = "SECS")]
+    pub idle_timeout: Option<f64>,
+}
+
+impl ProxyArgs {
+    /// Defaults, then the config file, then the flags.
+    pub fn resolve(&self) -> Result<Settings, ConfigError> {
+        let (mut f, text, mut o) = one_site_file(self.config.as_deref(), "proxy")?;
+        if f.root.is_some() {
+            return Err(ConfigError::Invalid {
+                origin: o.of("root"),
+                message: "root is for 'tlsfront serve' or 'tlsfront run': proxy has a backend"
+                    .into(),
+            });
+        }
+        self.global.lower(&mut f, &mut o);
+        self.identity.lower(&mut f, &mut o);
+        if let Some(b) = &self.backend {
+            f.backend = Some(b.clone());
+            o.flag("backend", "--backend");
+        }
+        if f.backend.is_none() {
+            return Err(ConfigError::Invalid {
+                origin: o.of("backend"),
+                message: "no backend: give --backend HOST:PORT or backend = \"HOST:PORT\"".into(),
+            });
+        }
+        if let Some(v) = self.write_proxy {
+            f.write_proxy = Some(v);
+        }
+        if !self.alpn.is_empty() {
+            f.alpn = Some(self.alpn.clone());
+            o.flag("alpn", "--alpn");
+        }
+        for (v, slot, key, flag) in [
+            (
+                self.connect_timeout,
+                &mut f.timeouts.connect,
+                "[timeouts] connect",
+                "--connect-timeout",
+            ),
+            (
+                self.idle_timeout,
+                &mut f.timeouts.idle,
+                "[timeouts] idle",
+                "--idle-timeout",
+            ),
+        ] {
+            if let Some(v) = v {
+                *slot = v;
+                o.flag(key, flag);
+            }
+        }
+        settings::resolve(f, &text, &o, None)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Job;
 
     #[test]
     fn defaults_and_flags() {
@@ -214,7 +372,7 @@ mod tests {
             crate::config::Timeouts::default().keepalive
         );
         let a = ServeArgs {
-            front: FrontArgs {
+            global: GlobalArgs {
                 listen: vec!["[::1]:0".into(), "127.0.0.1:0".into()],
                 workers: Some(3),
                 ..Default::default()
@@ -224,10 +382,10 @@ mod tests {
         };
         let c = a.resolve().unwrap();
         assert_eq!(c.listen.len(), 2);
-        assert_eq!(c.timeouts.keepalive, 1.5);
+        assert_eq!(c.sites[0].timeouts.keepalive, 1.5);
         assert_eq!(c.workers, 3);
         let bad = ServeArgs {
-            front: FrontArgs {
+            global: GlobalArgs {
                 listen: vec!["localhost".into()],
                 ..Default::default()
             },
@@ -235,7 +393,7 @@ mod tests {
         };
         assert!(bad.resolve().unwrap_err().to_string().contains("--listen"));
         let zero = ServeArgs {
-            front: FrontArgs {
+            global: GlobalArgs {
                 workers: Some(0),
                 ..Default::default()
             },
@@ -246,5 +404,83 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("--workers"));
+        let bad = ServeArgs {
+            send_timeout: Some(-1.0),
+            ..Default::default()
+        };
+        let e = bad.resolve().unwrap_err().to_string();
+        assert!(e.starts_with("--send-timeout: "), "{e}");
+    }
+
+    #[test]
+    fn flags_win_over_the_file_and_name_themselves() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.toml");
+        std::fs::write(
+            &p,
+            "root = \"www\"\nlisten = [\"127.0.0.1:1\"]\nktls = \"off\"\n[timeouts]\nkeepalive = 2.5\n[limits]\nheaders = 7\n",
+        )
+        .unwrap();
+        let a = ServeArgs {
+            config: Some(p.clone()),
+            ..Default::default()
+        };
+        let c = a.resolve().unwrap();
+        let Job::Files(files) = &c.sites[0].job else {
+            panic!("not files")
+        };
+        assert_eq!(files.root, dir.path().join("www"));
+        assert_eq!(c.ktls, KtlsMode::Off);
+        assert_eq!(c.sites[0].timeouts.keepalive, 2.5);
+        assert_eq!(c.sites[0].limits.headers, 7);
+        let a = ServeArgs {
+            config: Some(p.clone()),
+            dir: Some("/srv".into()),
+            keepalive_timeout: Some(4.0),
+            ..Default::default()
+        };
+        let c = a.resolve().unwrap();
+        let Job::Files(files) = &c.sites[0].job else {
+            panic!("not files")
+        };
+        assert_eq!(files.root, PathBuf::from("/srv"));
+        assert_eq!(c.sites[0].timeouts.keepalive, 4.0);
+        // A multi-site file is for `run`.
+        std::fs::write(&p, "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\n").unwrap();
+        let e = ServeArgs {
+            config: Some(p.clone()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("tlsfront run --config"), "{e}");
+    }
+
+    #[test]
+    fn proxy_takes_a_file_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("p.toml");
+        std::fs::write(
+            &p,
+            "backend = \"127.0.0.1:9\"\nwrite_proxy = \"v2\"\n[timeouts]\nidle = 30\n[limits]\nconnections = 50\n",
+        )
+        .unwrap();
+        let c = ProxyArgs {
+            config: Some(p),
+            connect_timeout: Some(1.0),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(c.limits.connections, Some(50));
+        assert_eq!(c.sites[0].timeouts.idle, 30.0);
+        assert_eq!(c.sites[0].timeouts.connect, 1.0);
+        let Job::Backend(b) = &c.sites[0].job else {
+            panic!("not a backend")
+        };
+        assert_eq!(b.write_proxy, Some(ProxyVersion::V2));
+        let e = ProxyArgs::default().resolve().unwrap_err().to_string();
+        assert!(e.contains("no backend"), "{e}");
     }
 }

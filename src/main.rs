@@ -3,7 +3,8 @@
 
 use clap::Parser;
 use std::process::ExitCode;
-use tlsfront::cli::{Cli, Command};
+use tlsfront::cli::{Cli, Command, ConfigCommand};
+use tlsfront::config::{ConfigError, Settings};
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -14,48 +15,56 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    match cli.command {
+    let result = match cli.command {
+        Command::Run(args) => serve(move || args.resolve(), true),
         Command::Serve(args) => {
-            let result = args
-                .resolve()
-                .map_err(|e| e.to_string())
-                .and_then(|cfg| tlsfront::http::session::run(cfg).map_err(|e| e.to_string()));
-            match result {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("tlsfront: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+            let reload = args.config.is_some();
+            serve(move || args.resolve(), reload)
         }
         Command::Proxy(args) => {
-            let result = args
-                .resolve()
-                .map_err(|e| e.to_string())
-                .and_then(|cfg| tlsfront::proxy::run(cfg).map_err(|e| e.to_string()));
-            match result {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("tlsfront: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+            let reload = args.config.is_some();
+            serve(move || args.resolve(), reload)
         }
-        Command::Bench(args) => match tlsfront::bench::run(*args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("tlsfront: {e}");
+        Command::Config(ConfigCommand::Check { file }) => {
+            let (text, ok) = tlsfront::config::check::report(&file);
+            print!("{text}");
+            return if ok {
+                ExitCode::SUCCESS
+            } else {
                 ExitCode::FAILURE
-            }
-        },
+            };
+        }
+        Command::Bench(args) => tlsfront::bench::run(*args).map_err(|e| e.to_string()),
         Command::Check => {
             let (text, all) = tlsfront::check::report(&tlsfront::ktls::Support::probe());
             print!("{text}");
-            if all {
+            return if all {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(2)
-            }
+            };
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tlsfront: {e}");
+            ExitCode::FAILURE
         }
     }
+}
+
+/// Resolve the settings and run them; with `reloadable`, SIGHUP resolves
+/// them again (the config file is read anew, the flags stay as given).
+fn serve(
+    resolve: impl Fn() -> Result<Settings, ConfigError> + 'static,
+    reloadable: bool,
+) -> Result<(), String> {
+    let settings = resolve().map_err(|e| e.to_string())?;
+    let reload: Option<tlsfront::server::Reload> = if reloadable {
+        Some(Box::new(resolve))
+    } else {
+        None
+    };
+    tlsfront::server::run(settings, reload).map_err(|e| e.to_string())
 }

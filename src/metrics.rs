@@ -51,6 +51,8 @@ pub struct Metrics {
     pub handshakes_full: AtomicU64,
     pub handshakes_resumed: AtomicU64,
     pub handshakes_failed: AtomicU64,
+    /// Configurations loaded by SIGHUP.
+    pub reloads: AtomicU64,
     status: Box<[AtomicU64; 600]>,
     errors: Mutex<BTreeMap<&'static str, u64>>,
 }
@@ -65,6 +67,7 @@ impl Default for Metrics {
             handshakes_full: AtomicU64::new(0),
             handshakes_resumed: AtomicU64::new(0),
             handshakes_failed: AtomicU64::new(0),
+            reloads: AtomicU64::new(0),
             status: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
             errors: Mutex::new(BTreeMap::new()),
         }
@@ -144,6 +147,10 @@ impl Metrics {
             self.handshakes_resumed.load(Relaxed),
             self.handshakes_failed.load(Relaxed),
         );
+        let reloads = self.reloads.load(Relaxed);
+        if reloads > 0 {
+            let _ = writeln!(s, "reloads: {reloads}");
+        }
         let st: Vec<String> = self
             .status
             .iter()

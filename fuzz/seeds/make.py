@@ -163,6 +163,22 @@ shutdown = 10             # grace for in-flight responses on SIGTERM
 """)
     put("config", "relative.toml", 'root = "www"\ncert = "c.pem"\nkey = "k.pem"\nworkers = 4\n'
         'autoindex = true\nfollow_symlinks_outside = false\nktls = "off"\n[timeouts]\nkeepalive = 2.5\n')
+    put("config", "sites.toml", """listen = ["127.0.0.1:8443"]
+unknown_names = "default"
+[[site]]
+names = ["example.com", "*.example.com"]
+cert = ["rsa.pem", "ecdsa.pem"]
+key = ["rsa.key", "ecdsa.key"]
+root = "www"
+[site.timeouts]
+keepalive = 5
+[[site]]
+names = ["api.example.net"]
+backend = "127.0.0.1:8080"
+write_proxy = "v2"
+alpn = ["h2", "http/1.1"]
+default = true
+""")
     put("config", "bad-range.toml", "[limits]\nheaders = 0\n[timeouts]\nsend = nan\n")
     # kTLS control records: first byte = version bit (0x80: TLS 1.2) and a
     # type pick (0x00: alert, 0x28: handshake, 0x50: ChangeCipherSpec).

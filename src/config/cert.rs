@@ -11,14 +11,14 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CertError {
-    #[error("cannot read certificate file {path} (--cert): {source}")]
+    #[error("cannot read certificate file {path}: {source}")]
     ReadCert {
         path: PathBuf,
         source: rustls::pki_types::pem::Error,
     },
-    #[error("certificate file {path} (--cert) has no PEM CERTIFICATE block: give a PEM file with the server certificate first, then its chain")]
+    #[error("certificate file {path} has no PEM CERTIFICATE block: give a PEM file with the server certificate first, then its chain")]
     NoCert { path: PathBuf },
-    #[error("cannot read private key file {path} (--key): {source} (give a PEM PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY)")]
+    #[error("cannot read private key file {path}: {source} (give a PEM PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY)")]
     ReadKey {
         path: PathBuf,
         source: rustls::pki_types::pem::Error,
@@ -136,6 +136,81 @@ pub fn self_signed() -> Result<(String, String), rcgen::Error> {
     Ok((cert.pem(), key.serialize_pem()))
 }
 
+/// Whether the end-entity certificate `der` is valid for the host name
+/// `name` (a site's `*.example.com` is checked as one name under it), as
+/// clients check it (webpki).
+pub fn covers(der: &CertificateDer<'_>, name: &str) -> bool {
+    let probe = match name.strip_prefix("*.") {
+        Some(rest) => format!("tlsfront-check.{rest}"),
+        None => name.to_string(),
+    };
+    let Ok(server_name) = rustls::pki_types::ServerName::try_from(probe.as_str()) else {
+        return false;
+    };
+    webpki::EndEntityCert::try_from(der)
+        .is_ok_and(|c| c.verify_is_valid_for_subject_name(&server_name).is_ok())
+}
+
+/// What `config check` shows of a certificate.
+#[derive(Debug, Clone)]
+pub struct Facts {
+    pub subject: String,
+    /// DNS names and IP addresses it is for.
+    pub names: Vec<String>,
+    pub not_before: std::time::SystemTime,
+    pub not_after: std::time::SystemTime,
+    /// Its key's algorithm (ECDSA P-256, RSA 2048, …).
+    pub key: String,
+}
+
+/// Read the facts of the certificate `der`.
+pub fn facts(der: &CertificateDer<'_>) -> Result<Facts, String> {
+    use x509_parser::extensions::GeneralName;
+    use x509_parser::public_key::PublicKey;
+    let (_, c) = x509_parser::parse_x509_certificate(der).map_err(|e| e.to_string())?;
+    let mut names = Vec::new();
+    if let Ok(Some(san)) = c.subject_alternative_name() {
+        for n in &san.value.general_names {
+            match n {
+                GeneralName::DNSName(d) => names.push(d.to_string()),
+                GeneralName::IPAddress(ip) => match ip.len() {
+                    4 => names.push(
+                        std::net::Ipv4Addr::from(<[u8; 4]>::try_from(*ip).unwrap_or_default())
+                            .to_string(),
+                    ),
+                    16 => names.push(
+                        std::net::Ipv6Addr::from(<[u8; 16]>::try_from(*ip).unwrap_or_default())
+                            .to_string(),
+                    ),
+                    _ => {}
+                },
+                _ => {}
+            }
+        }
+    }
+    let time = |t: x509_parser::time::ASN1Time| {
+        let secs = t.timestamp();
+        if secs >= 0 {
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs as u64)
+        } else {
+            std::time::UNIX_EPOCH
+        }
+    };
+    let key = match c.public_key().parsed() {
+        Ok(PublicKey::RSA(k)) => format!("RSA {}", k.key_size()),
+        Ok(PublicKey::EC(p)) => format!("ECDSA ({} bits)", p.key_size()),
+        Ok(_) => "other".to_string(),
+        Err(_) => "unreadable".to_string(),
+    };
+    Ok(Facts {
+        subject: c.subject().to_string(),
+        names,
+        not_before: time(c.validity().not_before),
+        not_after: time(c.validity().not_after),
+        key,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,15 +232,26 @@ mod tests {
     }
 
     #[test]
-    fn errors_name_the_file_and_the_flag() {
+    fn coverage_and_facts_of_the_self_signed_certificate() {
+        let (c, _) = self_signed().unwrap();
+        let der = CertificateDer::from_pem_slice(c.as_bytes()).unwrap();
+        assert!(covers(&der, "localhost"));
+        assert!(!covers(&der, "example.com"));
+        assert!(!covers(&der, "*.localhost"));
+        let f = facts(&der).unwrap();
+        assert!(f.names.contains(&"localhost".to_string()), "{f:?}");
+        assert!(f.names.contains(&"::1".to_string()), "{f:?}");
+        assert!(f.not_after > std::time::SystemTime::now());
+        assert!(f.key.starts_with("ECDSA"), "{f:?}");
+    }
+
+    #[test]
+    fn errors_name_the_file() {
         let e = load(Some(Path::new("/nonexistent/c.pem")), Some(Path::new("/x")))
             .err()
             .unwrap()
             .to_string();
-        assert!(
-            e.contains("/nonexistent/c.pem") && e.contains("--cert"),
-            "{e}"
-        );
+        assert!(e.contains("/nonexistent/c.pem"), "{e}");
         assert!(matches!(
             load(Some(Path::new("/a")), None),
             Err(CertError::Half)

@@ -1,11 +1,20 @@
-//! Settings for `tlsfront serve`: defaults, an optional TOML file
-//! (`--config`), and command-line flags, merged in that order.
+//! Settings: the config file as written ([`file`]), the one resolved model
+//! both services read ([`settings`]), and the pieces they share: limits,
+//! timeouts and their checks, certificates ([`cert`]), backend addresses.
+//! The command line (`cli`) fills the file's fields from flags, so flags
+//! and file keys have the same names and the same checks.
 
+pub mod backend;
 pub mod cert;
+pub mod check;
+pub mod file;
+pub mod settings;
+
+pub use file::{FileConfig, ProxyVersion, UnknownNames};
+pub use settings::{Job, Settings, Site};
 
 use serde::Deserialize;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Whether to hand record keys to the kernel.
@@ -68,6 +77,10 @@ pub struct Timeouts {
     pub send: f64,
     /// Grace period for in-flight responses on SIGTERM/SIGINT.
     pub shutdown: f64,
+    /// Connecting to a backend.
+    pub connect: f64,
+    /// A proxied connection with no byte in either direction.
+    pub idle: f64,
 }
 
 impl Default for Timeouts {
@@ -78,6 +91,8 @@ impl Default for Timeouts {
             keepalive: 75.0,
             send: 60.0,
             shutdown: 10.0,
+            connect: 5.0,
+            idle: 300.0,
         }
     }
 }
@@ -142,6 +157,8 @@ impl Timeouts {
             ("keepalive", self.keepalive),
             ("send", self.send),
             ("shutdown", self.shutdown),
+            ("connect", self.connect),
+            ("idle", self.idle),
         ] {
             check_timeout(&origin(name), v)?;
         }
@@ -197,55 +214,16 @@ impl Limits {
     }
 }
 
-/// The `--config` file.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct FileConfig {
-    pub root: Option<PathBuf>,
-    pub listen: Vec<String>,
-    pub cert: Option<PathBuf>,
-    pub key: Option<PathBuf>,
-    pub workers: Option<usize>,
-    pub ktls: Option<KtlsMode>,
-    pub autoindex: Option<bool>,
-    pub follow_symlinks_outside: Option<bool>,
-    /// Run as this user once the keys are read and the ports bound.
-    pub user: Option<String>,
-    /// ... and this group (default: the user's own).
-    pub group: Option<String>,
-    pub limits: Limits,
-    pub timeouts: Timeouts,
-}
-
-/// Resolved settings for the static file server.
-#[derive(Debug, Clone)]
-pub struct ServeConfig {
-    pub root: PathBuf,
-    pub listen: Vec<SocketAddr>,
-    pub cert: Option<PathBuf>,
-    pub key: Option<PathBuf>,
-    pub workers: usize,
-    pub ktls: KtlsMode,
-    pub autoindex: bool,
-    pub follow_symlinks_outside: bool,
-    pub run_as: Option<crate::privileges::RunAs>,
-    pub limits: Limits,
-    pub timeouts: Timeouts,
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error(transparent)]
     Privilege(#[from] crate::privileges::PrivilegeError),
     #[error("{origin}: a group needs a user to go with it (set user as well)")]
     GroupWithoutUser { origin: String },
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("config file {path}: {message}")]
-    Parse { path: PathBuf, message: String },
+    #[error(transparent)]
+    File(#[from] file::FileError),
+    #[error("{origin}: {message}")]
+    Invalid { origin: String, message: String },
     #[error(
         "{origin}: listen address {value:?} is not IP:PORT (examples: 127.0.0.1:8443, [::1]:8443)"
     )]
@@ -256,30 +234,6 @@ pub enum ConfigError {
         value: String,
         expected: &'static str,
     },
-}
-
-impl FileConfig {
-    pub fn load(path: &Path) -> Result<FileConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.into(),
-            source,
-        })?;
-        let mut cfg: FileConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.into(),
-            message: e.to_string(),
-        })?;
-        // Relative paths in the file are relative to the file.
-        let base = path.parent().unwrap_or(Path::new("."));
-        for p in [&mut cfg.root, &mut cfg.cert, &mut cfg.key]
-            .into_iter()
-            .flatten()
-        {
-            if p.is_relative() {
-                *p = base.join(&*p);
-            }
-        }
-        Ok(cfg)
-    }
 }
 
 /// One worker per core (at most [`MAX_WORKERS`]).
@@ -300,26 +254,6 @@ pub fn parse_listen(origin: &str, value: &str) -> Result<SocketAddr, ConfigError
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn file_config_parses_and_rejects_unknown_keys() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("t.toml");
-        std::fs::write(
-            &p,
-            "root = \"www\"\nlisten = [\"127.0.0.1:1\"]\nktls = \"off\"\n[timeouts]\nkeepalive = 2.5\n[limits]\nheaders = 7\n",
-        )
-        .unwrap();
-        let c = FileConfig::load(&p).unwrap();
-        assert_eq!(c.root.unwrap(), dir.path().join("www"));
-        assert_eq!(c.ktls, Some(KtlsMode::Off));
-        assert_eq!(c.timeouts.keepalive, 2.5);
-        assert_eq!(c.timeouts.send, 60.0);
-        assert_eq!(c.limits.headers, 7);
-        std::fs::write(&p, "lisen = []\n").unwrap();
-        let e = FileConfig::load(&p).unwrap_err().to_string();
-        assert!(e.contains("t.toml") && e.contains("lisen"), "{e}");
-    }
 
     #[test]
     fn out_of_range_settings_are_named() {

@@ -10,14 +10,14 @@ use super::path;
 use super::range::{self, RangeResult};
 use super::request::{self, Body, Expect, HeadLimits, Method, RequestHead};
 use super::response::{error_page, Reply};
-use crate::config::{secs, ServeConfig};
-use crate::files::DocRoot;
+use crate::config::settings::{Files, Site};
+use crate::config::{secs, Limits, Timeouts};
+use crate::files::{DocRoot, RootError};
 use crate::files::{FileError, Lookup, OpenFile};
 use crate::lograte::LogLimit;
 use crate::server::timer::{timeout, timeout_at};
-use crate::server::{ConnInfo, Front, Service, StartError, Tls};
+use crate::server::{ConnInfo, Front, Tls};
 use crate::transport::{close_and_linger, Transport, TransportError};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -30,45 +30,49 @@ const LINGER: Duration = Duration::from_secs(2);
 /// counts as idle and drops them.
 const IDLE_GRACE: Duration = Duration::from_millis(50);
 
-/// `tlsfront serve`: the static file service.
+/// The static file service of one site.
 pub struct StaticFiles {
     root: DocRoot,
-    cfg: ServeConfig,
+    cfg: FilesCfg,
     /// Warnings that a flood of requests could repeat.
     log: LogLimit,
 }
 
-/// Run `tlsfront serve` until SIGTERM/SIGINT.
-pub fn run(cfg: ServeConfig) -> Result<(), StartError> {
-    let front = crate::server::front(
-        cfg.cert.as_deref(),
-        cfg.key.as_deref(),
-        &Default::default(),
-        cfg.ktls,
-        cfg.timeouts.clone(),
-        cfg.limits.connections,
-    )?;
-    let root = DocRoot::open(&cfg.root, cfg.follow_symlinks_outside, cfg.autoindex)?;
-    let (listen, workers, run_as) = (cfg.listen.clone(), cfg.workers, cfg.run_as.clone());
-    let shown = root.path().display().to_string();
-    let svc = Arc::new(StaticFiles {
-        root,
-        cfg,
-        log: LogLimit::new(crate::lograte::EVERY),
-    });
-    crate::server::run(front, svc, &listen, workers, run_as.as_ref(), |a| {
-        format!(
-            "serving {shown} on https://{a}/ with {workers} worker{}",
-            if workers == 1 { "" } else { "s" }
-        )
-    })
+/// What a session reads of its site's settings.
+struct FilesCfg {
+    limits: Limits,
+    timeouts: Timeouts,
 }
 
-impl Service for StaticFiles {
+impl StaticFiles {
     /// The socket and the file being sent.
-    const FDS_PER_CONNECTION: u64 = 2;
+    pub const FDS_PER_CONNECTION: u64 = 2;
 
-    async fn serve(&self, front: &Front, tls: Tls, _info: ConnInfo, stop: watch::Receiver<bool>) {
+    /// Open the site's document root.
+    pub fn new(site: &Site, files: &Files) -> Result<StaticFiles, RootError> {
+        Ok(StaticFiles {
+            root: DocRoot::open(&files.root, files.follow_symlinks_outside, files.autoindex)?,
+            cfg: FilesCfg {
+                limits: site.limits.clone(),
+                timeouts: site.timeouts.clone(),
+            },
+            log: LogLimit::new(crate::lograte::EVERY),
+        })
+    }
+
+    /// The document root, as opened.
+    pub fn root_path(&self) -> &std::path::Path {
+        self.root.path()
+    }
+
+    /// Serve one connection.
+    pub(crate) async fn serve(
+        &self,
+        front: &Front,
+        tls: Tls,
+        _info: ConnInfo,
+        stop: watch::Receiver<bool>,
+    ) {
         let cx = Ctx { files: self, front };
         match tls {
             Tls::Kernel(k) => session(k, &cx, stop).await,

@@ -2,59 +2,12 @@
 //! timeout, and the readiness-driven socket operations the relay uses.
 
 use std::io;
-use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::path::PathBuf;
 use std::time::Duration;
 use tokio::io::{Interest, Ready};
 use tokio::net::{TcpStream, UnixStream};
 
-/// Where the backend listens.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BackendAddr {
-    Tcp(SocketAddr),
-    Unix(PathBuf),
-}
-
-impl std::fmt::Display for BackendAddr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            BackendAddr::Tcp(a) => write!(f, "{a}"),
-            BackendAddr::Unix(p) => write!(f, "unix:{}", p.display()),
-        }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("--backend {value:?} is neither HOST:PORT (127.0.0.1:8080, [::1]:8080, localhost:8080) nor a Unix socket path (/run/app.sock)")]
-pub struct BadBackend {
-    value: String,
-}
-
-impl BackendAddr {
-    /// `HOST:PORT` (names resolved once, now) or a path to a Unix socket.
-    pub fn parse(value: &str) -> Result<BackendAddr, BadBackend> {
-        let bad = || BadBackend {
-            value: value.into(),
-        };
-        if let Some(path) = value.strip_prefix("unix:") {
-            return Ok(BackendAddr::Unix(path.into()));
-        }
-        if value.starts_with('/') || value.starts_with("./") {
-            return Ok(BackendAddr::Unix(value.into()));
-        }
-        if let Ok(a) = value.parse() {
-            return Ok(BackendAddr::Tcp(a));
-        }
-        use std::net::ToSocketAddrs;
-        value
-            .to_socket_addrs()
-            .map_err(|_| bad())?
-            .next()
-            .map(BackendAddr::Tcp)
-            .ok_or_else(bad)
-    }
-}
+pub use crate::config::backend::{BackendAddr, BadBackend};
 
 /// Why the backend could not be reached; each is counted, and warned
 /// about (at most once per kind per interval) by the proxy.
@@ -204,7 +157,7 @@ mod tests {
             BackendAddr::Tcp(_)
         ));
         let e = BackendAddr::parse("nonsense").unwrap_err().to_string();
-        assert!(e.contains("--backend") && e.contains("nonsense"), "{e}");
+        assert!(e.contains("nonsense") && e.contains("HOST:PORT"), "{e}");
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -14,13 +14,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-/// Which header to send to the backend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum ProxyVersion {
-    V1,
-    V2,
-}
+pub use crate::config::file::ProxyVersion;
 
 // PP2 SSL TLV (PROXY protocol spec 2.2.5).
 const PP2_CLIENT_SSL: u8 = 0x01;

@@ -1,41 +1,47 @@
-//! The process model shared by `serve` and `proxy`. One thread per worker,
-//! each with its own current-thread tokio runtime and its own `SO_REUSEPORT`
-//! listener per address (the nginx/stud model: the kernel spreads
-//! connections, no work stealing). Workers share the TLS configuration (one
-//! session cache and ticket key set), the kTLS probe and the counters. Each
-//! accepted connection gets the TLS front ([`worker`]): `TCP_ULP`, the
-//! handshake, the choice of data path; then a [`Service`] takes over.
+//! The process model every site runs in. One thread per worker, each with
+//! its own current-thread tokio runtime and its own `SO_REUSEPORT` listener
+//! per address (the nginx/stud model: the kernel spreads connections, no
+//! work stealing). Workers share the [`Sites`] (swapped whole on SIGHUP),
+//! the TLS session cache and ticket keys, the kTLS probe and the counters.
+//! Each accepted connection gets the TLS front ([`worker`]): `TCP_ULP`, the
+//! handshake, which picks the site by the name asked for, the choice of
+//! data path; then the site's service takes over.
 
+pub(crate) mod sites;
 pub(crate) mod timer;
 mod worker;
 
-use crate::config::{cert, secs, KtlsMode, Timeouts};
+use crate::config::{secs, ConfigError, KtlsMode, ProxyVersion, Settings, Timeouts};
 use crate::ktls::stream::KtlsStream;
 use crate::ktls::{Support, Version};
+use crate::lograte::LogLimit;
 use crate::metrics::Metrics;
-use crate::privileges::RunAs;
 use crate::sys;
 use crate::tls::userspace::UserTls;
-use crate::tls::{ServerConfigs, TlsOptions};
+use crate::tls::{TlsOptions, TlsShared};
+use arc_swap::ArcSwap;
+use sites::{SiteJob, Sites};
 use socket2::{Domain, Socket, Type};
-use std::future::Future;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
-use std::path::Path;
 use std::sync::Arc;
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-/// What every worker shares, whatever the service.
+/// What every worker shares, whatever the sites.
 pub(crate) struct Front {
-    pub tls: ServerConfigs,
+    /// The sites, as last loaded; a connection keeps the ones it started
+    /// with until it ends.
+    pub sites: ArcSwap<Sites>,
+    /// Session cache and ticket keys, for the life of the process.
+    pub shared: TlsShared,
     pub ktls: Support,
     pub metrics: Metrics,
+    /// Process-wide timeouts: the handshake (before any site is known) and
+    /// shutdown.
     pub timeouts: Timeouts,
-    /// Open connections per worker, as set; `None`: as many as the
-    /// open-file limit allows, at most [`DEFAULT_CONNECTIONS`]. Resolved
-    /// once, at start ([`run`]).
-    pub max_connections: Option<usize>,
+    /// Warnings a flood of clients could repeat, at most one per kind per
+    /// interval.
+    pub log: LogLimit,
 }
 
 /// Open connections per worker unless set otherwise (nginx's
@@ -64,49 +70,16 @@ pub struct ConnInfo {
     pub alpn: Option<Vec<u8>>,
 }
 
-/// What runs on a connection once the TLS front is done with it.
-pub(crate) trait Service: Send + Sync + 'static {
-    /// File descriptors one connection may hold at once (its socket, a file
-    /// being sent, a backend socket, splice pipes).
-    const FDS_PER_CONNECTION: u64;
-
-    /// A client that speaks plaintext HTTP to the port gets nginx's readable
-    /// `400` ("The plain HTTP request was sent to HTTPS port") instead of a
-    /// TLS alert it cannot read. A service whose clients may speak any
-    /// protocol (the proxy) turns this off: they are just closed.
-    const ANSWERS_PLAIN_HTTP: bool = true;
-
-    /// Right after accept, before TLS (e.g. a PROXY header from a load
-    /// balancer). Returns (client, local) addresses, or `None` to drop the
-    /// connection.
-    fn accepted(
-        &self,
-        _front: &Front,
-        _sock: &mut TcpStream,
-        peer: SocketAddr,
-        local: SocketAddr,
-    ) -> impl Future<Output = Option<(SocketAddr, SocketAddr)>> + Send {
-        std::future::ready(Some((peer, local)))
-    }
-
-    /// Serve one connection.
-    fn serve(
-        &self,
-        front: &Front,
-        tls: Tls,
-        info: ConnInfo,
-        stop: watch::Receiver<bool>,
-    ) -> impl Future<Output = ()> + Send;
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error(transparent)]
-    Cert(#[from] cert::CertError),
+    Config(#[from] ConfigError),
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsConfigError),
     #[error(transparent)]
     Root(#[from] crate::files::RootError),
+    #[error("{origin}: {message}")]
+    Site { origin: String, message: String },
     #[error("--ktls require: {0}")]
     KtlsRequired(String),
     #[error("cannot listen on {addr}: {source}{hint}")]
@@ -121,45 +94,84 @@ pub enum StartError {
     Privilege(#[from] crate::privileges::PrivilegeError),
 }
 
-/// Load the identity, build the TLS configuration, probe the kernel.
-pub(crate) fn front(
-    cert_path: Option<&Path>,
-    key_path: Option<&Path>,
-    tls: &TlsOptions,
-    ktls: KtlsMode,
-    timeouts: Timeouts,
-    max_connections: Option<usize>,
-) -> Result<Front, StartError> {
-    let id = cert::load(cert_path, key_path)?;
-    if id.created {
-        println!(
-            "made a self-signed certificate for localhost, 127.0.0.1, ::1: {}",
-            id.cert_path.display()
-        );
-    }
-    println!(
-        "certificate {} (SHA-256 {})",
-        id.cert_path.display(),
-        id.fingerprint()
-    );
-    let config = crate::tls::server_config(id.chain, id.key, tls)?;
-    let support = match ktls {
+/// Reads the settings again (SIGHUP): the config file and the flags given
+/// at start.
+pub type Reload = Box<dyn Fn() -> Result<Settings, ConfigError>>;
+
+/// Probe the kernel as the settings ask.
+fn ktls_support(mode: KtlsMode) -> Result<Support, StartError> {
+    let support = match mode {
         KtlsMode::Off => Support::disabled(),
         _ => Support::probe(),
     };
-    if ktls == KtlsMode::Require && !support.fully_usable() {
+    if mode == KtlsMode::Require && !support.fully_usable() {
         return Err(StartError::KtlsRequired(format!(
             "{} (run 'tlsfront check' for the fix)",
             support.summary()
         )));
     }
-    Ok(Front {
-        tls: config,
-        ktls: support,
-        metrics: Metrics::default(),
-        timeouts,
-        max_connections,
-    })
+    Ok(support)
+}
+
+/// What is said for each bound address: what `serve` and `proxy` always
+/// said for their one site, or the listener and its sites.
+fn announce(settings: &Settings, sites: &Sites, addr: SocketAddr) -> String {
+    let w = settings.workers;
+    let workers = format!("{w} worker{}", if w == 1 { "" } else { "s" });
+    match (sites.len(), sites.first_job()) {
+        (1, Some(SiteJob::Files(f))) if settings.sites[0].names.is_empty() => {
+            format!(
+                "serving {} on https://{addr}/ with {workers}",
+                f.root_path().display()
+            )
+        }
+        (1, Some(SiteJob::Proxy(p))) if settings.sites[0].names.is_empty() => {
+            format!(
+                "proxying https://{addr}/ to {}{} with {workers}",
+                p.backend(),
+                pp(p.write_proxy())
+            )
+        }
+        (n, _) => format!(
+            "listening on https://{addr}/ with {workers} for {n} site{}",
+            if n == 1 { "" } else { "s" }
+        ),
+    }
+}
+
+fn pp(v: Option<ProxyVersion>) -> &'static str {
+    match v {
+        Some(ProxyVersion::V1) => ", PROXY v1",
+        Some(ProxyVersion::V2) => ", PROXY v2",
+        None => "",
+    }
+}
+
+/// One line per site, for a server with names.
+fn describe_sites(settings: &Settings, sites: &Sites) -> Vec<String> {
+    if settings.sites.len() == 1 && settings.sites[0].names.is_empty() {
+        return Vec::new();
+    }
+    settings
+        .sites
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let what = match &s.job {
+                crate::config::Job::Files(f) => format!("files from {}", f.root.display()),
+                crate::config::Job::Backend(b) => {
+                    format!("TLS for {}{}", b.addr, pp(b.write_proxy))
+                }
+            };
+            let default = if i == settings.default_site {
+                " (default)"
+            } else {
+                ""
+            };
+            let _ = sites;
+            format!("site {}{default}: {what}", s.names.join(", "))
+        })
+        .collect()
 }
 
 fn bind_hint(e: &std::io::Error) -> &'static str {
@@ -223,18 +235,14 @@ fn bind_all(
     Ok((per_worker, bound))
 }
 
-/// Bind, take the configured user's identity, announce, run the workers
-/// until SIGTERM/SIGINT, then drain and print the counters. `announce` makes
-/// the line for each bound address. Under systemd (`Type=notify`) readiness
-/// is signalled once the workers run, and stopping when the drain begins.
-pub(crate) fn run<S: Service>(
-    front: Front,
-    service: Arc<S>,
-    listen: &[SocketAddr],
-    workers: usize,
-    run_as: Option<&RunAs>,
-    announce: impl Fn(SocketAddr) -> String,
-) -> Result<(), StartError> {
+/// Load the sites, bind, take the configured user's identity, announce,
+/// run the workers until SIGTERM/SIGINT, then drain and print the counters.
+/// SIGHUP reads the settings again (`reload`) and swaps the sites in; a
+/// broken new configuration is refused with its error and the old one
+/// keeps serving. Under systemd (`Type=notify`) readiness is signalled once
+/// the workers run, reloading while a reload runs, and stopping when the
+/// drain begins.
+pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError> {
     // Signal handlers first: once the port is announced, a supervisor may
     // send SIGTERM at any time, and it must mean "drain", not "die".
     let signals = Signals::install().map_err(StartError::Runtime)?;
@@ -242,38 +250,55 @@ pub(crate) fn run<S: Service>(
     // their own mappings, so that the room a stalled connection gives back
     // goes back to the kernel at once, not into the heap until a trim.
     crate::sys::set_mmap_threshold(MMAP_THRESHOLD);
-    let max_connections = connection_limit(front.max_connections, workers, S::FDS_PER_CONNECTION);
+    let shared = TlsShared::new(TlsOptions::default())?;
+    let sites = Sites::build(&settings, &shared, &mut |l| println!("{l}"))?;
+    let ktls = ktls_support(settings.ktls)?;
+    let workers = settings.workers;
+    let max_connections = connection_limit(
+        settings.limits.connections,
+        workers,
+        sites.fds_per_connection(),
+    );
     // Wait for the ClientHello in the kernel as long as the handshake may take.
-    let defer = front.timeouts.handshake.ceil() as u32;
-    let (listeners, bound) = bind_all(listen, workers, defer)?;
+    let defer = settings.timeouts.handshake.ceil() as u32;
+    let (listeners, bound) = bind_all(&settings.listen, workers, defer)?;
     // Keys are read and ports bound: nothing needs root from here on.
-    if let Some(who) = run_as {
+    if let Some(who) = &settings.run_as {
         who.switch()?;
         println!("{}", who.describe());
     }
-    for a in &bound {
-        println!("{}", announce(*a));
+    for line in describe_sites(&settings, &sites) {
+        println!("{line}");
     }
-    println!("{}", front.ktls.summary());
+    for a in &bound {
+        println!("{}", announce(&settings, &sites, *a));
+    }
+    println!("{}", ktls.summary());
 
-    let grace = secs(front.timeouts.shutdown);
-    let front = Arc::new(front);
+    let grace = secs(settings.timeouts.shutdown);
+    let front = Arc::new(Front {
+        sites: ArcSwap::from_pointee(sites),
+        shared,
+        ktls,
+        metrics: Metrics::default(),
+        timeouts: settings.timeouts.clone(),
+        log: LogLimit::new(crate::lograte::EVERY),
+    });
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut threads = Vec::new();
     for (i, ls) in listeners.into_iter().enumerate() {
         let front = front.clone();
-        let service = service.clone();
         let stop = stop_rx.clone();
         let t = std::thread::Builder::new()
             .name(format!("worker-{i}"))
-            .spawn(move || worker::worker(ls, front, service, stop, grace, max_connections))
+            .spawn(move || worker::worker(ls, front, stop, grace, max_connections))
             .map_err(StartError::Runtime)?;
         threads.push(t);
     }
     // Nothing to do outside systemd (no NOTIFY_SOCKET).
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
 
-    signals.wait();
+    signals.wait(|| reload_sites(&front, &settings, reload.as_deref()));
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     println!("shutting down: no new connections, finishing what is in flight (up to {grace:?})");
     let _ = stop_tx.send(true);
@@ -282,6 +307,73 @@ pub(crate) fn run<S: Service>(
     }
     println!("{}", front.metrics.report());
     Ok(())
+}
+
+/// SIGHUP: read the settings again and swap the new sites in, or keep the
+/// old ones and say why. What only a restart can change (listeners,
+/// workers, the user, kTLS mode, the connection limit) is kept as it is,
+/// with a warning.
+fn reload_sites(
+    front: &Front,
+    started: &Settings,
+    reload: Option<&dyn Fn() -> Result<Settings, ConfigError>>,
+) {
+    let Some(reload) = reload else {
+        tracing::warn!("SIGHUP: nothing to reload (no config file); ignored");
+        return;
+    };
+    let _ = sd_notify::notify(&[
+        sd_notify::NotifyState::Reloading,
+        sd_notify::NotifyState::monotonic_usec_now().unwrap_or(sd_notify::NotifyState::Reloading),
+    ]);
+    let result = reload().map_err(StartError::from).and_then(|new| {
+        let sites = Sites::build(&new, &front.shared, &mut |l| println!("{l}"))?;
+        Ok((new, sites))
+    });
+    match result {
+        Ok((new, sites)) => {
+            for (what, changed) in [
+                ("listen", new.listen != started.listen),
+                ("workers", new.workers != started.workers),
+                ("ktls", new.ktls != started.ktls),
+                (
+                    "user/group",
+                    format!("{:?}", new.run_as) != format!("{:?}", started.run_as),
+                ),
+                (
+                    "[limits] connections",
+                    new.limits.connections != started.limits.connections,
+                ),
+                (
+                    "[timeouts] handshake/shutdown",
+                    new.timeouts.handshake != started.timeouts.handshake
+                        || new.timeouts.shutdown != started.timeouts.shutdown,
+                ),
+            ] {
+                if changed {
+                    tracing::warn!("reload: {what} changed, which takes a restart (or an upgrade); kept as started");
+                }
+            }
+            let n = sites.len();
+            front.sites.store(Arc::new(sites));
+            front
+                .metrics
+                .reloads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            println!(
+                "reloaded {}: {n} site{}",
+                new.file
+                    .as_ref()
+                    .map_or_else(|| "the settings".into(), |p| p.display().to_string()),
+                if n == 1 { "" } else { "s" }
+            );
+        }
+        Err(e) => {
+            front.metrics.error("reload_failed");
+            tracing::error!("reload failed, still serving the previous configuration: {e}");
+        }
+    }
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
 }
 
 /// Descriptors beside the connections: listeners, epoll, eventfds, the
@@ -366,11 +458,13 @@ fn fit_connections(
     }
 }
 
-/// SIGTERM and SIGINT, caught from before the first line is printed.
+/// SIGTERM, SIGINT and SIGHUP, caught from before the first line is
+/// printed.
 struct Signals {
     rt: tokio::runtime::Runtime,
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
 }
 
 impl Signals {
@@ -379,18 +473,20 @@ impl Signals {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let (term, int) = {
+        let (term, int, hup) = {
             let _guard = rt.enter();
             (
                 signal(SignalKind::terminate())?,
                 signal(SignalKind::interrupt())?,
+                signal(SignalKind::hangup())?,
             )
         };
-        Ok(Signals { rt, term, int })
+        Ok(Signals { rt, term, int, hup })
     }
 
-    /// Until SIGTERM or SIGINT, looking after the heap meanwhile.
-    fn wait(mut self) {
+    /// Until SIGTERM or SIGINT, calling `on_hup` for each SIGHUP and
+    /// looking after the heap meanwhile.
+    fn wait(mut self, on_hup: impl Fn()) {
         self.rt.block_on(async {
             let mut check = tokio::time::interval(HEAP_CHECK);
             check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -398,6 +494,7 @@ impl Signals {
                 tokio::select! {
                     _ = self.term.recv() => break,
                     _ = self.int.recv() => break,
+                    _ = self.hup.recv() => on_hup(),
                     _ = check.tick() => release_free_heap(),
                 }
             }

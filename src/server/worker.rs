@@ -1,8 +1,11 @@
-//! One worker thread, and one connection from accept to its service:
-//! `TCP_ULP` right after accept, the handshake, then the choice of data
-//! path — kTLS when the kernel takes the negotiated cipher, else user space.
+//! One worker thread, and one connection from accept to its site's
+//! service: a PROXY header from a trusted load balancer, `TCP_ULP` right
+//! after accept, the handshake (whose ClientHello picks the site), then the
+//! choice of data path — kTLS when the kernel takes the negotiated cipher,
+//! else user space.
 
-use super::{timer, ConnInfo, Front, Service, Tls};
+use super::sites::{SiteJob, Sites};
+use super::{timer, ConnInfo, Front, Tls};
 use crate::config::secs;
 use crate::ktls::{crypto_info, stream::KtlsStream, Cipher, Direction, Version};
 use crate::metrics::Fallback;
@@ -17,10 +20,9 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-pub(super) fn worker<S: Service>(
+pub(super) fn worker(
     listeners: Vec<std::net::TcpListener>,
     front: Arc<Front>,
-    service: Arc<S>,
     mut stop: watch::Receiver<bool>,
     grace: Duration,
     max_connections: usize,
@@ -51,7 +53,6 @@ pub(super) fn worker<S: Service>(
                     tokio::spawn(accept_loop(
                         l,
                         front.clone(),
-                        service.clone(),
                         stop.clone(),
                         active.clone(),
                         max_connections,
@@ -72,10 +73,9 @@ pub(super) fn worker<S: Service>(
     });
 }
 
-async fn accept_loop<S: Service>(
+async fn accept_loop(
     listener: TcpListener,
     front: Arc<Front>,
-    service: Arc<S>,
     mut stop: watch::Receiver<bool>,
     active: Arc<AtomicUsize>,
     max: usize,
@@ -100,10 +100,9 @@ async fn accept_loop<S: Service>(
                 let counted = front.clone();
                 let slot = Slot::take(&active, move || counted.metrics.error("panic"));
                 let front = front.clone();
-                let service = service.clone();
                 let stop = stop.clone();
                 tokio::spawn(async move {
-                    connection(sock, peer, bound, &front, &*service, stop).await;
+                    connection(sock, peer, bound, &front, stop).await;
                     drop(slot);
                 });
             }
@@ -145,12 +144,11 @@ impl<F: Fn()> Drop for Slot<F> {
     }
 }
 
-async fn connection<S: Service>(
+async fn connection(
     mut sock: TcpStream,
     peer: std::net::SocketAddr,
     bound: Option<std::net::SocketAddr>,
     front: &Front,
-    service: &S,
     stop: watch::Receiver<bool>,
 ) {
     let t = &front.timeouts;
@@ -158,7 +156,10 @@ async fn connection<S: Service>(
         Some(a) => a,
         None => sock.local_addr().unwrap_or(peer),
     };
-    let Some((client, local)) = service.accepted(front, &mut sock, peer, local).await else {
+    // The sites as they are now: this connection keeps them to its end,
+    // whatever reloads happen meanwhile.
+    let sites = front.sites.load_full();
+    let Some((client, local)) = accepted(front, &sites, &mut sock, peer, local).await else {
         return;
     };
 
@@ -184,8 +185,15 @@ async fn connection<S: Service>(
     // this block, for the same reason: across the service's await the task
     // holds the boxed transport alone (its size is what every idle
     // connection costs).
-    let (tls, info) = {
-        let hs = Box::pin(handshake(&mut sock, &front.tls, ulp));
+    let (tls, info, site) = {
+        let mut chosen = None;
+        let choose = |hello: &crate::tls::Hello| {
+            let site = sites.choose(hello.sni.as_deref())?;
+            let config = site.tls.for_hello(hello);
+            chosen = Some(site.clone());
+            Ok(config)
+        };
+        let hs = Box::pin(handshake(&mut sock, choose, ulp));
         let hs = match timer::timeout(secs(t.handshake), hs).await {
             Ok(Ok(hs)) => hs,
             Ok(Err(e)) => {
@@ -197,7 +205,7 @@ async fn connection<S: Service>(
                     front.metrics.error(label);
                 }
                 tracing::debug!("handshake failed: {e}");
-                if S::ANSWERS_PLAIN_HTTP && matches!(e, HandshakeError::NotTls) {
+                if sites.answers_plain_http && matches!(e, HandshakeError::NotTls) {
                     let _ = timer::timeout(secs(t.handshake), plain_http_answer(&mut sock)).await;
                 }
                 return;
@@ -211,12 +219,61 @@ async fn connection<S: Service>(
                 return;
             }
         };
-        let Some(chosen) = data_path(front, sock, hs, ulp, fallback, client, local) else {
+        let Some(site) = chosen else {
             return;
         };
-        chosen
+        let stall = secs(site.settings.timeouts.send);
+        let Some((tls, info)) = data_path(front, sock, hs, ulp, fallback, client, local, stall)
+        else {
+            return;
+        };
+        (tls, info, site)
     };
-    service.serve(front, tls, info, stop).await;
+    drop(sites);
+    match &site.job {
+        SiteJob::Files(files) => files.serve(front, tls, info, stop).await,
+        SiteJob::Proxy(proxy) => proxy.serve(front, tls, info, stop).await,
+    }
+}
+
+/// Right after accept, before TLS: with `accept_proxy`, the PROXY header a
+/// trusted load balancer sends (and a refusal for anyone else). Returns
+/// (client, local) addresses, or `None` to drop the connection.
+async fn accepted(
+    front: &Front,
+    sites: &Sites,
+    sock: &mut TcpStream,
+    peer: std::net::SocketAddr,
+    local: std::net::SocketAddr,
+) -> Option<(std::net::SocketAddr, std::net::SocketAddr)> {
+    use crate::proxy::header;
+    let Some(trusted) = &sites.accept_proxy else {
+        return Some((peer, local));
+    };
+    let failure = |kind: &'static str, detail: std::fmt::Arguments<'_>| {
+        front.metrics.error(kind);
+        if let Some(left_out) = front.log.allow(kind) {
+            tracing::warn!("{detail}{left_out}");
+        }
+    };
+    if !trusted.iter().any(|n| n.contains(&peer.ip())) {
+        failure(
+            "proxy_untrusted",
+            format_args!("refused {peer}: not a trusted PROXY source (--proxy-from)"),
+        );
+        return None;
+    }
+    match header::accept(sock, secs(front.timeouts.handshake)).await {
+        Ok(Some(addrs)) => Some(addrs),
+        Ok(None) => Some((peer, local)),
+        Err(e) => {
+            failure(
+                "proxy_header",
+                format_args!("PROXY header from {peer}: {e}"),
+            );
+            None
+        }
+    }
 }
 
 /// After the handshake: count it, describe the connection, and pick its
@@ -224,6 +281,7 @@ async fn connection<S: Service>(
 /// cipher and nothing is buffered in user space; user-space TLS otherwise.
 /// `None`: the kernel refused the keys (the rustls connection is consumed,
 /// so the connection is lost).
+#[allow(clippy::too_many_arguments)]
 fn data_path(
     front: &Front,
     sock: TcpStream,
@@ -232,6 +290,7 @@ fn data_path(
     mut fallback: Option<Fallback>,
     client: std::net::SocketAddr,
     local: std::net::SocketAddr,
+    stall: Duration,
 ) -> Option<(Tls, ConnInfo)> {
     let counter = match hs.conn.handshake_kind() {
         Some(rustls::HandshakeKind::Resumed) => &front.metrics.handshakes_resumed,
@@ -252,7 +311,6 @@ fn data_path(
         || !hs.early_plaintext.is_empty()
         || !hs.pending_out.is_empty()
         || hs.peer_closed;
-    let stall = secs(front.timeouts.send);
     let info = ConnInfo {
         client,
         local,

@@ -16,13 +16,15 @@
 
 use super::hello::{self, Gathered, Refusal};
 use super::outbuf::OutBuf;
-use super::ServerConfigs;
+use super::Hello;
 use crate::transport::{try_read_drained, TransportError};
 use rustls::internal::msgs::enums::AlertLevel;
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, UnbufferedStatus};
+use rustls::ServerConfig;
 use rustls::{AlertDescription, ContentType, ProtocolVersion};
 use std::io;
+use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -93,9 +95,12 @@ impl From<rustls::Error> for HandshakeError {
 /// after the client's Finished is read (needed before a kTLS handoff);
 /// otherwise read whatever has arrived, saving system calls, and hand any
 /// surplus on in [`Handshaken`].
+///
+/// `choose` picks the configuration (the site) from the ClientHello, or
+/// refuses it.
 pub async fn handshake(
     sock: &mut TcpStream,
-    configs: &ServerConfigs,
+    choose: impl FnOnce(&Hello) -> Result<Arc<ServerConfig>, Refusal>,
     record_by_record: bool,
 ) -> Result<Handshaken, HandshakeError> {
     // Grown record by record (a ClientHello is usually under 2 KiB): a
@@ -110,11 +115,14 @@ pub async fn handshake(
     }
     // The ClientHello picks the configuration; rustls checks it properly,
     // except for what `hello` refuses.
-    let (config, hello) = configs.for_client_hello(&incoming[..used]);
-    if let Some(refusal) = hello.refusal {
-        send_plaintext_alert(sock, refusal.alert());
-        return Err(refusal.into());
-    }
+    let hello = hello::from_records(&incoming[..used]);
+    let config = match hello.refusal.map_or_else(|| choose(&hello), Err) {
+        Ok(c) => c,
+        Err(refusal) => {
+            send_plaintext_alert(sock, refusal.alert());
+            return Err(refusal.into());
+        }
+    };
     let sni = hello.sni;
     let mut conn = UnbufferedServerConnection::new(config)?;
     let mut outgoing = OutBuf::default();

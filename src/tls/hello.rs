@@ -62,6 +62,10 @@ pub enum Refusal {
     /// §3.6: the handshake MUST be aborted).
     #[error("non-empty renegotiation_info in an initial ClientHello (RFC 5746)")]
     Renegotiation,
+    /// A name no site has, or no name, where the config refuses those
+    /// (`unknown_names = "reject"`, RFC 6066 §3).
+    #[error("no site for this server name (unknown_names = \"reject\")")]
+    UnknownName,
 }
 
 impl Refusal {
@@ -71,6 +75,7 @@ impl Refusal {
             Refusal::ObsoleteVersion(_) => AlertDescription::ProtocolVersion,
             Refusal::InappropriateFallback => AlertDescription::InappropriateFallback,
             Refusal::Renegotiation => AlertDescription::HandshakeFailure,
+            Refusal::UnknownName => AlertDescription::UnrecognisedName,
         }
     }
 
@@ -80,6 +85,7 @@ impl Refusal {
             Refusal::ObsoleteVersion(_) => "hello_obsolete_version",
             Refusal::InappropriateFallback => "hello_inappropriate_fallback",
             Refusal::Renegotiation => "hello_renegotiation_info",
+            Refusal::UnknownName => "hello_unrecognized_name",
         }
     }
 }

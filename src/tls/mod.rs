@@ -1,5 +1,7 @@
-//! rustls on the server side: the one `ServerConfig` all workers share (so
-//! the session cache and ticket keys are common to every worker), the
+//! rustls on the server side: one `ServerConfig` per site, all of them
+//! built on one session cache and one set of ticket keys ([`TlsShared`],
+//! common to every worker and kept across reloads); each site's
+//! certificates, chosen by the client's signature algorithms; the
 //! record-by-record handshake, and the user-space data path.
 
 pub mod handshake;
@@ -8,12 +10,16 @@ mod hkdf;
 pub(crate) mod outbuf;
 pub mod userspace;
 
-pub use hello::Refusal;
+pub use hello::{Hello, Refusal};
 
 use rustls::crypto::{aws_lc_rs, CryptoProvider};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::ServerSessionMemoryCache;
-use rustls::{CipherSuite, ServerConfig};
+use rustls::server::{
+    ClientHello, ProducesTickets, ResolvesServerCert, ServerSessionMemoryCache,
+    StoresServerSessions,
+};
+use rustls::sign::CertifiedKey;
+use rustls::{CipherSuite, ServerConfig, SignatureAlgorithm};
 use std::sync::Arc;
 
 /// The suites tlsfront negotiates: exactly the AEADs kTLS can carry, TLS 1.3
@@ -32,7 +38,7 @@ const SUITES: [CipherSuite; 9] = [
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsConfigError {
-    #[error("the certificate and key cannot be used together: {0} (check that --key belongs to the first certificate in --cert)")]
+    #[error("the certificate and key cannot be used together: {0} (check that the key belongs to the first certificate of the chain)")]
     Identity(rustls::Error),
     #[error("TLS set-up failed: {0}")]
     Setup(rustls::Error),
@@ -78,9 +84,103 @@ pub fn provider() -> CryptoProvider {
     }
 }
 
-/// The server configurations all workers share. They differ only in how
-/// many TLS 1.3 tickets follow the handshake; the session cache, the ticket
-/// keys and the certificate are the same objects in both.
+/// What every site's configuration shares, for the life of the process:
+/// the provider, the session cache and the ticket keys. Reloads build new
+/// site configurations on the same objects, so sessions resume across them.
+/// (rustls resumes a session only for the name it was made for, so sharing
+/// across sites lets nothing cross between them.)
+#[derive(Clone)]
+pub struct TlsShared {
+    provider: Arc<CryptoProvider>,
+    cache: Arc<dyn StoresServerSessions>,
+    ticketer: Arc<dyn ProducesTickets>,
+    opts: TlsOptions,
+}
+
+impl TlsShared {
+    pub fn new(opts: TlsOptions) -> Result<TlsShared, TlsConfigError> {
+        Ok(TlsShared {
+            provider: Arc::new(provider()),
+            cache: ServerSessionMemoryCache::new(opts.session_cache),
+            ticketer: aws_lc_rs::Ticketer::new().map_err(TlsConfigError::Setup)?,
+            opts,
+        })
+    }
+
+    pub fn provider(&self) -> &Arc<CryptoProvider> {
+        &self.provider
+    }
+
+    /// A certificate chain and its key, checked to belong together.
+    pub fn certified_key(
+        &self,
+        chain: Vec<CertificateDer<'static>>,
+        key: PrivateKeyDer<'static>,
+    ) -> Result<Arc<CertifiedKey>, TlsConfigError> {
+        CertifiedKey::from_der(chain, key, &self.provider)
+            .map(Arc::new)
+            .map_err(TlsConfigError::Identity)
+    }
+
+    /// The configurations of one site: its certificates (at least one) and
+    /// ALPN list, on the shared cache and ticket keys.
+    pub fn site(
+        &self,
+        certs: Vec<Arc<CertifiedKey>>,
+        alpn: Vec<Vec<u8>>,
+    ) -> Result<ServerConfigs, TlsConfigError> {
+        let mut cfg = ServerConfig::builder_with_provider(self.provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map_err(TlsConfigError::Setup)?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(SiteCerts::new(certs)));
+        cfg.alpn_protocols = alpn;
+        // Needed for the kernel handoff (`dangerous_into_kernel_connection`).
+        cfg.enable_secret_extraction = true;
+        cfg.session_storage = self.cache.clone();
+        cfg.ticketer = self.ticketer.clone();
+        cfg.send_tls13_tickets = self.opts.tls13_tickets;
+        cfg.max_early_data_size = 0;
+        let mut resuming = cfg.clone();
+        resuming.send_tls13_tickets = self.opts.tls13_tickets.min(1);
+        Ok(ServerConfigs {
+            full: Arc::new(cfg),
+            resuming: Arc::new(resuming),
+        })
+    }
+}
+
+/// One site's certificates (an ECDSA and an RSA one, say): the first whose
+/// key can sign with an algorithm the client offers, cheapest first.
+#[derive(Debug)]
+struct SiteCerts(Vec<Arc<CertifiedKey>>);
+
+impl SiteCerts {
+    fn new(mut certs: Vec<Arc<CertifiedKey>>) -> SiteCerts {
+        // ECDSA and Ed25519 signatures cost a fraction of RSA ones: offer
+        // them to every client that takes them.
+        certs.sort_by_key(|c| match c.key.algorithm() {
+            SignatureAlgorithm::ECDSA | SignatureAlgorithm::ED25519 => 0,
+            _ => 1,
+        });
+        SiteCerts(certs)
+    }
+}
+
+impl ResolvesServerCert for SiteCerts {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let offered = hello.signature_schemes();
+        self.0
+            .iter()
+            .find(|c| c.key.choose_scheme(offered).is_some())
+            .or_else(|| self.0.first())
+            .cloned()
+    }
+}
+
+/// One site's server configurations. They differ only in how many TLS 1.3
+/// tickets follow the handshake; the session cache, the ticket keys and the
+/// certificates are the same objects in both.
 #[derive(Clone)]
 pub struct ServerConfigs {
     full: Arc<ServerConfig>,
@@ -89,7 +189,13 @@ pub struct ServerConfigs {
 
 impl ServerConfigs {
     /// The configuration for a connection whose ClientHello is in
-    /// `records`, and what the ClientHello says.
+    /// `records`, and what the ClientHello says (one-site servers).
+    pub fn for_client_hello(&self, records: &[u8]) -> (Arc<ServerConfig>, hello::Hello) {
+        let hello = hello::from_records(records);
+        (self.for_hello(&hello), hello)
+    }
+
+    /// The configuration for a connection with this ClientHello.
     ///
     /// A client that offers a ticket gets at most one new ticket, as from
     /// OpenSSL: it keeps one ticket per resumption, and each ticket costs an
@@ -97,42 +203,25 @@ impl ServerConfigs {
     /// handshake, so the choice is made here, before rustls sees the hello.
     /// (An offered ticket that turns out stale still means a full
     /// handshake, with one ticket instead of two: harmless.)
-    pub fn for_client_hello(&self, records: &[u8]) -> (Arc<ServerConfig>, hello::Hello) {
-        let hello = hello::from_records(records);
-        let cfg = if hello.offers_psk {
-            &self.resuming
+    pub fn for_hello(&self, hello: &hello::Hello) -> Arc<ServerConfig> {
+        if hello.offers_psk {
+            self.resuming.clone()
         } else {
-            &self.full
-        };
-        (cfg.clone(), hello)
+            self.full.clone()
+        }
     }
 }
 
-/// Build the shared server configurations.
+/// The configurations of a one-site server with its own cache and keys
+/// (tests, fuzzing).
 pub fn server_config(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
     opts: &TlsOptions,
 ) -> Result<ServerConfigs, TlsConfigError> {
-    let mut cfg = ServerConfig::builder_with_provider(Arc::new(provider()))
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(TlsConfigError::Setup)?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(TlsConfigError::Identity)?;
-    cfg.alpn_protocols = opts.alpn.clone();
-    // Needed for the kernel handoff (`dangerous_into_kernel_connection`).
-    cfg.enable_secret_extraction = true;
-    cfg.session_storage = ServerSessionMemoryCache::new(opts.session_cache);
-    cfg.ticketer = aws_lc_rs::Ticketer::new().map_err(TlsConfigError::Setup)?;
-    cfg.send_tls13_tickets = opts.tls13_tickets;
-    cfg.max_early_data_size = 0;
-    let mut resuming = cfg.clone();
-    resuming.send_tls13_tickets = opts.tls13_tickets.min(1);
-    Ok(ServerConfigs {
-        full: Arc::new(cfg),
-        resuming: Arc::new(resuming),
-    })
+    let shared = TlsShared::new(opts.clone())?;
+    let cert = shared.certified_key(chain, key)?;
+    shared.site(vec![cert], opts.alpn.clone())
 }
 
 /// The ClientHello reader, for the parser robustness tests.

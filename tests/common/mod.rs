@@ -219,6 +219,18 @@ impl Server {
         Server::spawn_via(&wrapper, &["serve", &root], extra)
     }
 
+    /// `tlsfront run --config CONFIG` with extra flags.
+    pub fn run(config: &Path, extra: &[&str]) -> Server {
+        Server::spawn(&["run", "--config", &config.display().to_string()], extra)
+    }
+
+    /// Send SIGHUP (reload the config); see `wait_for_output`/`wait_for_log`
+    /// for its outcome.
+    pub fn reload(&self) {
+        let pid = rustix::process::Pid::from_raw(self.pid() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::HUP).unwrap();
+    }
+
     /// `tlsfront proxy --backend BACKEND` with extra flags.
     pub fn proxy(backend: &str, extra: &[&str]) -> Server {
         Server::spawn(&["proxy", "--backend", backend], extra)
@@ -323,9 +335,11 @@ impl Server {
         let rest = std::sync::Arc::new(Mutex::new(String::new()));
         let sink = rest.clone();
         std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = out.read_to_string(&mut s);
-            sink.lock().unwrap().push_str(&s);
+            let mut line = String::new();
+            while out.read_line(&mut line).unwrap_or(0) > 0 {
+                sink.lock().unwrap().push_str(&line);
+                line.clear();
+            }
         });
         REST.lock().unwrap().insert(port, rest);
         Server {
@@ -334,6 +348,28 @@ impl Server {
             data,
             startup,
             log,
+        }
+    }
+
+    /// What the server wrote to stdout after its start-up lines, so far.
+    pub fn output(&self) -> String {
+        REST.lock()
+            .unwrap()
+            .get(&self.port)
+            .map(|r| r.lock().unwrap().clone())
+            .unwrap_or_default()
+    }
+
+    /// Wait (up to 20 s) until stdout after start-up holds `count`
+    /// occurrences of `text`; the output then.
+    pub fn wait_for_output(&self, text: &str, count: usize) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let out = self.output();
+            if out.matches(text).count() >= count || Instant::now() > deadline {
+                return out;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 

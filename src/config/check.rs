@@ -1,0 +1,217 @@
+//! `tlsfront config check FILE` (what `nginx -t` and `hitch --test` do):
+//! resolve the file as `run` would, load every certificate and key, check
+//! that each key belongs to its certificate and that the certificate covers
+//! the site's names, warn about certificates that expire soon, open every
+//! document root, and print the resolved sites.
+
+use super::cert;
+use super::file::{FileConfig, UnknownNames};
+use super::settings::{resolve, Job, Origins, Settings, Site};
+use std::fmt::Write;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+/// A certificate that expires within this is warned about.
+pub const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 86_400);
+
+/// The report, and whether tlsfront would start with this file.
+pub fn report(path: &Path) -> (String, bool) {
+    let mut out = String::new();
+    let settings = FileConfig::load(path)
+        .map_err(super::ConfigError::from)
+        .and_then(|(f, text)| {
+            let o = Origins {
+                file: Some(path.into()),
+                ..Default::default()
+            };
+            resolve(f, &text, &o, None)
+        });
+    let settings = match settings {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = writeln!(out, "error: {e}");
+            let _ = writeln!(out, "config file {}: not valid", path.display());
+            return (out, false);
+        }
+    };
+    let errors = describe(&settings, SystemTime::now(), &mut out);
+    if errors == 0 {
+        let _ = writeln!(out, "config file {}: ok", path.display());
+    } else {
+        let _ = writeln!(
+            out,
+            "config file {}: {errors} error{}",
+            path.display(),
+            if errors == 1 { "" } else { "s" }
+        );
+    }
+    (out, errors == 0)
+}
+
+/// Print the resolved settings into `out`; the number of errors found.
+fn describe(s: &Settings, now: SystemTime, out: &mut String) -> usize {
+    let listen: Vec<String> = s.listen.iter().map(ToString::to_string).collect();
+    let _ = writeln!(
+        out,
+        "listen {}; {} worker{}; ktls {:?}; names no site has: {}",
+        listen.join(", "),
+        s.workers,
+        if s.workers == 1 { "" } else { "s" },
+        s.ktls,
+        match s.unknown_names {
+            UnknownNames::Default => "the default site",
+            UnknownNames::Reject => "refused (unrecognized_name)",
+        }
+    );
+    let mut errors = 0;
+    for (i, site) in s.sites.iter().enumerate() {
+        errors += describe_site(site, i == s.default_site, now, out);
+    }
+    errors
+}
+
+fn describe_site(site: &Site, default: bool, now: SystemTime, out: &mut String) -> usize {
+    let mut errors = 0;
+    let mut error = |out: &mut String, m: String| {
+        errors += 1;
+        let _ = writeln!(out, "  error: {m}");
+    };
+    let _ = writeln!(
+        out,
+        "site {}{} ({})",
+        if site.names.is_empty() {
+            "(every name)".to_string()
+        } else {
+            site.names.join(", ")
+        },
+        if default { ", default" } else { "" },
+        site.origin
+    );
+    match &site.job {
+        Job::Files(f) => {
+            let _ = writeln!(
+                out,
+                "  files from {}{}",
+                f.root.display(),
+                if f.autoindex { ", autoindex" } else { "" }
+            );
+            if let Err(e) =
+                crate::files::DocRoot::open(&f.root, f.follow_symlinks_outside, f.autoindex)
+            {
+                error(out, e.to_string());
+            }
+        }
+        Job::Backend(b) => {
+            let pp = match b.write_proxy {
+                Some(v) => format!(", PROXY {v:?}")
+                    .to_lowercase()
+                    .replace("proxy", "PROXY"),
+                None => String::new(),
+            };
+            let _ = writeln!(out, "  TLS for backend {}{pp}", b.addr);
+        }
+    }
+    if !site.alpn.is_empty() {
+        let alpn: Vec<String> = site
+            .alpn
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let _ = writeln!(out, "  alpn {}", alpn.join(", "));
+    }
+    if site.certs.is_empty() {
+        let _ = writeln!(
+            out,
+            "  certificate: the built-in self-signed one (localhost, 127.0.0.1, ::1; made on \
+             first run): for testing only"
+        );
+    }
+    for (c, k) in &site.certs {
+        let id = match cert::load(Some(c), Some(k)) {
+            Ok(id) => id,
+            Err(e) => {
+                error(out, format!("{}: {e}", site.cert_origin));
+                continue;
+            }
+        };
+        let leaf = id.chain[0].clone();
+        if let Err(e) =
+            rustls::sign::CertifiedKey::from_der(id.chain.clone(), id.key, &crate::tls::provider())
+        {
+            error(
+                out,
+                format!(
+                    "key {} does not belong to certificate {}: {e} (the key must be the one \
+                     the first certificate of the chain was issued for)",
+                    k.display(),
+                    c.display()
+                ),
+            );
+        }
+        let facts = match cert::facts(&leaf) {
+            Ok(f) => f,
+            Err(e) => {
+                error(
+                    out,
+                    format!("certificate {}: cannot read it: {e}", c.display()),
+                );
+                continue;
+            }
+        };
+        let _ = writeln!(
+            out,
+            "  certificate {}: {}, {} in chain, for {}; valid {} to {}",
+            c.display(),
+            facts.key,
+            id.chain.len(),
+            facts.names.join(", "),
+            httpdate::fmt_http_date(facts.not_before),
+            httpdate::fmt_http_date(facts.not_after),
+        );
+        for n in &site.names {
+            if !cert::covers(&leaf, n) {
+                error(
+                    out,
+                    format!(
+                        "certificate {} does not cover the name {n} (it is for {}): clients \
+                         will refuse it; get one that lists {n}, or move the name to a site \
+                         whose certificate does",
+                        c.display(),
+                        facts.names.join(", ")
+                    ),
+                );
+            }
+        }
+        match facts.not_after.duration_since(now) {
+            Err(_) => error(
+                out,
+                format!(
+                    "certificate {} expired on {}: renew it",
+                    c.display(),
+                    httpdate::fmt_http_date(facts.not_after)
+                ),
+            ),
+            Ok(left) if left < EXPIRY_WARNING => {
+                let _ = writeln!(
+                    out,
+                    "  warning: certificate {} expires in {} day(s), on {}: renew it",
+                    c.display(),
+                    left.as_secs() / 86_400,
+                    httpdate::fmt_http_date(facts.not_after)
+                );
+            }
+            Ok(_) => {}
+        }
+        if facts.not_before > now {
+            error(
+                out,
+                format!(
+                    "certificate {} is not valid before {}",
+                    c.display(),
+                    httpdate::fmt_http_date(facts.not_before)
+                ),
+            );
+        }
+    }
+    errors
+}

@@ -1,0 +1,287 @@
+//! The TOML config file as written: every key a file may hold, nothing
+//! resolved yet. [`super::settings`] turns it (and the flags, which fill the
+//! same fields) into the one settings model the services read.
+//!
+//! Top-level keys are process-wide (listeners, workers, limits, timeouts);
+//! each `[[site]]` is one site. A file without `[[site]]` may describe its
+//! one site at the top level (`root = …` or `backend = …`), which is what
+//! `serve --config` files have always held.
+
+use super::{KtlsMode, Limits, Timeouts};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use toml::Spanned;
+
+/// What to do with a ClientHello whose name no site has (or that names
+/// none).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnknownNames {
+    /// The default site answers (nginx's default server).
+    #[default]
+    Default,
+    /// Refuse the handshake with `unrecognized_name` (nginx's
+    /// `ssl_reject_handshake on` in the default server).
+    Reject,
+}
+
+/// PROXY header towards the backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyVersion {
+    V1,
+    V2,
+}
+
+/// One path or several (a site with an RSA and an ECDSA certificate lists
+/// both, keys in the same order).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(PathBuf),
+    Many(Vec<PathBuf>),
+}
+
+impl OneOrMany {
+    pub fn paths(&self) -> Vec<PathBuf> {
+        match self {
+            OneOrMany::One(p) => vec![p.clone()],
+            OneOrMany::Many(v) => v.clone(),
+        }
+    }
+
+    fn rebase(&mut self, base: &Path) {
+        let fix = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        match self {
+            OneOrMany::One(p) => fix(p),
+            OneOrMany::Many(v) => v.iter_mut().for_each(fix),
+        }
+    }
+}
+
+/// Per-site limits: those that bound one request or one connection.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SiteLimits {
+    pub request_line: Option<usize>,
+    pub header_bytes: Option<usize>,
+    pub headers: Option<usize>,
+    pub body: Option<u64>,
+    pub keepalive_requests: Option<u64>,
+}
+
+/// Per-site timeouts: those that start after the handshake (the handshake
+/// and shutdown ones are process-wide: no site is known before the
+/// ClientHello, and shutdown is the process's).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SiteTimeouts {
+    pub request_header: Option<f64>,
+    pub keepalive: Option<f64>,
+    pub send: Option<f64>,
+    pub connect: Option<f64>,
+    pub idle: Option<f64>,
+}
+
+/// The keys of one site, in a `[[site]]` table or at the top level.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SiteFile {
+    /// Host names (`example.com`, `*.example.com`).
+    pub names: Vec<String>,
+    /// This site answers names no site has (else the first site does).
+    pub default: bool,
+    pub cert: Option<OneOrMany>,
+    pub key: Option<OneOrMany>,
+    /// Static files from this directory…
+    pub root: Option<PathBuf>,
+    pub autoindex: Option<bool>,
+    pub follow_symlinks_outside: Option<bool>,
+    /// …or TLS termination for this backend.
+    pub backend: Option<String>,
+    pub write_proxy: Option<ProxyVersion>,
+    /// ALPN protocols offered (default: http/1.1 and http/1.0 for files,
+    /// none for a backend).
+    pub alpn: Option<Vec<String>>,
+    pub limits: SiteLimits,
+    pub timeouts: SiteTimeouts,
+}
+
+/// The config file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: Vec<Spanned<String>>,
+    pub workers: Option<usize>,
+    pub ktls: Option<KtlsMode>,
+    /// Run as this user once the keys are read and the ports bound.
+    pub user: Option<String>,
+    /// ... and this group (default: the user's own).
+    pub group: Option<String>,
+    /// Read a PROXY v1/v2 header from a load balancer before TLS.
+    pub accept_proxy: Option<bool>,
+    /// Trusted sources of PROXY headers.
+    pub proxy_from: Option<Vec<String>>,
+    pub unknown_names: Option<UnknownNames>,
+    pub limits: Limits,
+    pub timeouts: Timeouts,
+
+    // The one site of a file without `[[site]]`.
+    pub names: Vec<String>,
+    pub cert: Option<OneOrMany>,
+    pub key: Option<OneOrMany>,
+    pub root: Option<PathBuf>,
+    pub autoindex: Option<bool>,
+    pub follow_symlinks_outside: Option<bool>,
+    pub backend: Option<String>,
+    pub write_proxy: Option<ProxyVersion>,
+    pub alpn: Option<Vec<String>>,
+
+    pub site: Vec<Spanned<SiteFile>>,
+}
+
+/// A file that could not be read or parsed.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}, line {line}: {message}")]
+    Parse {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+}
+
+impl FileConfig {
+    /// Read and parse `path`. Relative paths in it are relative to the file.
+    pub fn load(path: &Path) -> Result<(FileConfig, String), FileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| FileError::Read {
+            path: path.into(),
+            source,
+        })?;
+        let mut cfg = FileConfig::parse(&text).map_err(|e| FileError::Parse {
+            path: path.into(),
+            line: e.span().map_or(0, |s| line_of(&text, s.start)),
+            message: e.message().trim_end().to_string(),
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        cfg.rebase(base);
+        Ok((cfg, text))
+    }
+
+    pub fn parse(text: &str) -> Result<FileConfig, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    fn rebase(&mut self, base: &Path) {
+        let fix = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        self.root.iter_mut().for_each(fix);
+        self.cert.iter_mut().for_each(|c| c.rebase(base));
+        self.key.iter_mut().for_each(|c| c.rebase(base));
+        for s in &mut self.site {
+            let s = s.get_mut();
+            s.root.iter_mut().for_each(fix);
+            s.cert.iter_mut().for_each(|c| c.rebase(base));
+            s.key.iter_mut().for_each(|c| c.rebase(base));
+        }
+    }
+
+    /// The site described at the top level, if any key of one is there.
+    pub fn top_site(&self) -> Option<SiteFile> {
+        let any = !self.names.is_empty()
+            || self.cert.is_some()
+            || self.key.is_some()
+            || self.root.is_some()
+            || self.autoindex.is_some()
+            || self.follow_symlinks_outside.is_some()
+            || self.backend.is_some()
+            || self.write_proxy.is_some()
+            || self.alpn.is_some();
+        any.then(|| SiteFile {
+            names: self.names.clone(),
+            default: true,
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            root: self.root.clone(),
+            autoindex: self.autoindex,
+            follow_symlinks_outside: self.follow_symlinks_outside,
+            backend: self.backend.clone(),
+            write_proxy: self.write_proxy,
+            alpn: self.alpn.clone(),
+            ..SiteFile::default()
+        })
+    }
+}
+
+/// The 1-based line of byte `offset` in `text`.
+pub fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sites_parse_with_their_lines() {
+        let text = "listen = [\"127.0.0.1:1\"]\n\
+                    \n\
+                    [[site]]\n\
+                    names = [\"a.test\"]\n\
+                    root = \"www\"\n\
+                    [site.timeouts]\n\
+                    keepalive = 3\n\
+                    \n\
+                    [[site]]\n\
+                    names = [\"*.b.test\"]\n\
+                    cert = [\"r.pem\", \"e.pem\"]\n\
+                    key = [\"r.key\", \"e.key\"]\n\
+                    backend = \"127.0.0.1:9\"\n\
+                    write_proxy = \"v2\"\n";
+        let f = FileConfig::parse(text).unwrap();
+        assert_eq!(f.site.len(), 2);
+        assert_eq!(line_of(text, f.site[0].span().start), 3);
+        assert_eq!(line_of(text, f.site[1].span().start), 9);
+        assert_eq!(f.site[0].get_ref().timeouts.keepalive, Some(3.0));
+        let b = f.site[1].get_ref();
+        assert_eq!(b.cert.as_ref().unwrap().paths().len(), 2);
+        assert_eq!(b.write_proxy, Some(ProxyVersion::V2));
+        assert!(f.top_site().is_none());
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_their_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.toml");
+        std::fs::write(&p, "[[site]]\nnames = [\"a\"]\nrot = \"x\"\n").unwrap();
+        let e = FileConfig::load(&p).unwrap_err().to_string();
+        assert!(e.contains("t.toml, line 3") && e.contains("rot"), "{e}");
+        std::fs::write(&p, "[timeouts]\nkeepalive = \"long\"\n").unwrap();
+        let e = FileConfig::load(&p).unwrap_err().to_string();
+        assert!(e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn the_old_flat_file_is_one_site() {
+        let f = FileConfig::parse("root = \"www\"\nautoindex = true\n").unwrap();
+        let s = f.top_site().unwrap();
+        assert_eq!(s.root.unwrap(), PathBuf::from("www"));
+        assert!(s.default);
+    }
+}

@@ -1,0 +1,645 @@
+//! The one settings model both services read: process-wide settings and a
+//! list of sites, resolved from a [`FileConfig`] that the command line has
+//! already filled in (flags are shortcuts for the same keys; see `cli`).
+//! Every value is checked here, and an error names where the value was set:
+//! the flag, or the file, line and setting.
+
+use super::backend::BackendAddr;
+use super::file::{FileConfig, ProxyVersion, SiteFile, UnknownNames};
+use super::{
+    check_timeout, check_workers, default_workers, parse_listen, ConfigError, KtlsMode, Limits,
+    Timeouts,
+};
+use crate::privileges::RunAs;
+use ipnet::IpNet;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Everything tlsfront runs with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The config file, if there is one (reloads read it again).
+    pub file: Option<PathBuf>,
+    pub listen: Vec<SocketAddr>,
+    pub workers: usize,
+    pub ktls: KtlsMode,
+    pub run_as: Option<RunAs>,
+    /// Trusted sources of a PROXY header before TLS; `None`: no header read.
+    pub accept_proxy: Option<Vec<IpNet>>,
+    pub unknown_names: UnknownNames,
+    /// Process-wide limits (`connections`), and every site's defaults.
+    pub limits: Limits,
+    /// Process-wide timeouts (`handshake`, `shutdown`), and every site's
+    /// defaults.
+    pub timeouts: Timeouts,
+    pub sites: Vec<Site>,
+    /// Index in `sites` of the site that answers unknown names.
+    pub default_site: usize,
+}
+
+/// One site: its names, certificates and job.
+#[derive(Debug, Clone)]
+pub struct Site {
+    /// Where it was described (for messages).
+    pub origin: String,
+    /// Lower-case host names; `*.example.com` covers one label. Empty: the
+    /// site of `serve`/`proxy` without a file, which answers every name.
+    pub names: Vec<String>,
+    /// (certificate chain, key) pairs; empty: the built-in self-signed
+    /// certificate.
+    pub certs: Vec<(PathBuf, PathBuf)>,
+    /// Where `cert` was set (for errors about the files).
+    pub cert_origin: String,
+    pub job: Job,
+    pub alpn: Vec<Vec<u8>>,
+    pub limits: Limits,
+    pub timeouts: Timeouts,
+}
+
+impl Site {
+    /// Its first name, or `*` for the site that answers every name.
+    pub fn label(&self) -> &str {
+        self.names.first().map_or("*", String::as_str)
+    }
+}
+
+/// What a site does with a connection once TLS is up.
+#[derive(Debug, Clone)]
+pub enum Job {
+    Files(Files),
+    Backend(Backend),
+}
+
+#[derive(Debug, Clone)]
+pub struct Files {
+    pub root: PathBuf,
+    pub autoindex: bool,
+    pub follow_symlinks_outside: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Backend {
+    pub addr: BackendAddr,
+    pub write_proxy: Option<ProxyVersion>,
+}
+
+/// The ALPN offered by a static-file site unless set (as nginx: HTTP/1.0
+/// clients such as `curl --http1.0` offer "http/1.0").
+pub const FILES_ALPN: [&str; 2] = ["http/1.1", "http/1.0"];
+
+/// Where each setting came from: flags that were given (key → flag), else
+/// the config file.
+#[derive(Debug, Default, Clone)]
+pub struct Origins {
+    pub file: Option<PathBuf>,
+    pub flags: HashMap<&'static str, &'static str>,
+}
+
+impl Origins {
+    /// Where the top-level `key` (e.g. `listen`, `[timeouts] send`) was set.
+    pub fn of(&self, key: &str) -> String {
+        if let Some(flag) = self.flags.get(key) {
+            return (*flag).to_string();
+        }
+        match &self.file {
+            Some(p) => format!("config file {}, setting {key}", p.display()),
+            None => format!("default {key}"),
+        }
+    }
+
+    pub fn flag(&mut self, key: &'static str, flag: &'static str) {
+        self.flags.insert(key, flag);
+    }
+}
+
+/// Resolve `file` (already filled in with the flags; `text` is the file's
+/// text, for line numbers) into [`Settings`]. `default_root`: the root of a
+/// top-level site that names neither a root nor a backend (`serve`'s
+/// current directory); `None` refuses such a site.
+pub fn resolve(
+    file: FileConfig,
+    text: &str,
+    origins: &Origins,
+    default_root: Option<&Path>,
+) -> Result<Settings, ConfigError> {
+    let o = |k: &str| origins.of(k);
+    let mut listen = Vec::new();
+    for l in &file.listen {
+        let origin = match (&origins.file, origins.flags.contains_key("listen")) {
+            (Some(p), false) => format!(
+                "config file {}, line {}, setting listen",
+                p.display(),
+                super::file::line_of(text, l.span().start)
+            ),
+            _ => o("listen"),
+        };
+        listen.push(parse_listen(&origin, l.get_ref())?);
+    }
+    if listen.is_empty() {
+        listen.push(parse_listen("default", "127.0.0.1:8443")?);
+    }
+    let workers = file.workers.unwrap_or_else(default_workers);
+    check_workers(&o("workers"), workers)?;
+    file.timeouts.check(|k| o(&format!("[timeouts] {k}")))?;
+    file.limits.check(|k| o(&format!("[limits] {k}")))?;
+    let run_as = match (&file.user, &file.group) {
+        (Some(u), g) => Some(RunAs::resolve(u, g.as_deref(), o)?),
+        (None, Some(_)) => return Err(ConfigError::GroupWithoutUser { origin: o("group") }),
+        (None, None) => None,
+    };
+    let accept_proxy = match file.accept_proxy {
+        Some(true) => Some(trusted_sources(
+            file.proxy_from.as_deref().unwrap_or_default(),
+            &o("proxy_from"),
+        )?),
+        _ if file.proxy_from.is_some() => {
+            return Err(ConfigError::Invalid {
+                origin: o("proxy_from"),
+                message: "trusted PROXY sources mean nothing without accept_proxy = true \
+                          (--accept-proxy): set it, or leave proxy_from out"
+                    .into(),
+            })
+        }
+        _ => None,
+    };
+
+    // The sites: `[[site]]` tables, else the one at the top level.
+    let mut raw: Vec<(String, SiteFile)> = Vec::new();
+    let top = file.top_site();
+    if !file.site.is_empty() {
+        if top.is_some() {
+            return Err(ConfigError::Invalid {
+                origin: o("root"),
+                message: "site keys (names, cert, key, root, backend, …) at the top level \
+                          and [[site]] tables together: move them into a [[site]]"
+                    .into(),
+            });
+        }
+        for (i, s) in file.site.iter().enumerate() {
+            let origin = match &origins.file {
+                Some(p) => format!(
+                    "config file {}, line {} ([[site]] #{})",
+                    p.display(),
+                    super::file::line_of(text, s.span().start),
+                    i + 1
+                ),
+                None => format!("[[site]] #{}", i + 1),
+            };
+            raw.push((origin, s.get_ref().clone()));
+        }
+    } else {
+        let site = top.unwrap_or_else(|| SiteFile {
+            default: true,
+            ..SiteFile::default()
+        });
+        let origin = match &origins.file {
+            Some(p) => format!("config file {}", p.display()),
+            None => "the command line".to_string(),
+        };
+        raw.push((origin, site));
+    }
+
+    let mut sites = Vec::with_capacity(raw.len());
+    let mut owner: HashMap<String, usize> = HashMap::new();
+    let mut default_site = None;
+    let single = raw.len() == 1;
+    for (i, (origin, s)) in raw.into_iter().enumerate() {
+        let site = resolve_site(
+            origin,
+            s.clone(),
+            &file.limits,
+            &file.timeouts,
+            origins,
+            single.then_some(default_root).flatten(),
+        )?;
+        if !single && site.names.is_empty() {
+            return Err(ConfigError::Invalid {
+                origin: site.origin,
+                message: "a site needs names = [\"example.com\", …] when there are several".into(),
+            });
+        }
+        for n in &site.names {
+            if let Some(&j) = owner.get(n) {
+                return Err(ConfigError::Invalid {
+                    origin: format!("{}, setting names", site.origin),
+                    message: format!(
+                        "name {n:?} is also a name of {}: each name belongs to one site",
+                        sites_origin(&sites, j)
+                    ),
+                });
+            }
+            owner.insert(n.clone(), i);
+        }
+        if s.default {
+            if let Some(j) = default_site {
+                return Err(ConfigError::Invalid {
+                    origin: site.origin,
+                    message: format!(
+                        "default = true here and in {}: one site is the default",
+                        sites_origin(&sites, j)
+                    ),
+                });
+            }
+            default_site = Some(i);
+        }
+        sites.push(site);
+    }
+    let unknown_names = file.unknown_names.unwrap_or_default();
+    if unknown_names == UnknownNames::Reject && sites.iter().any(|s| s.names.is_empty()) {
+        return Err(ConfigError::Invalid {
+            origin: o("unknown_names"),
+            message: "\"reject\" refuses every name no site lists, and a site here lists \
+                      none: give it names = [\"example.com\", …]"
+                .into(),
+        });
+    }
+    Ok(Settings {
+        file: origins.file.clone(),
+        listen,
+        workers,
+        ktls: file.ktls.unwrap_or_default(),
+        run_as,
+        accept_proxy,
+        unknown_names,
+        limits: file.limits,
+        timeouts: file.timeouts,
+        sites,
+        default_site: default_site.unwrap_or(0),
+    })
+}
+
+fn sites_origin(sites: &[Site], i: usize) -> &str {
+    sites.get(i).map_or("another site", |s| s.origin.as_str())
+}
+
+/// `--proxy-from`/`proxy_from`: CIDR blocks or addresses (default:
+/// loopback).
+fn trusted_sources(list: &[String], origin: &str) -> Result<Vec<IpNet>, ConfigError> {
+    let mut nets = Vec::new();
+    for c in list {
+        nets.push(
+            c.parse::<IpNet>()
+                .or_else(|_| c.parse::<std::net::IpAddr>().map(IpNet::from))
+                .map_err(|_| ConfigError::Invalid {
+                    origin: origin.into(),
+                    message: format!(
+                        "{c:?} is not an address or CIDR block (examples: 10.0.0.0/8, \
+                         192.0.2.1, ::1/128)"
+                    ),
+                })?,
+        );
+    }
+    if nets.is_empty() {
+        nets = vec![
+            "127.0.0.0/8".parse().unwrap_or_default(),
+            IpNet::from(std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST)),
+        ];
+    }
+    Ok(nets)
+}
+
+fn resolve_site(
+    origin: String,
+    s: SiteFile,
+    limits: &Limits,
+    timeouts: &Timeouts,
+    origins: &Origins,
+    default_root: Option<&Path>,
+) -> Result<Site, ConfigError> {
+    // A site from the command line or the file's top level: its keys are
+    // top-level ones, named as such; a [[site]]'s are named in it.
+    let top = !origin.contains("[[site]]");
+    let at = |k: &str| {
+        if top {
+            origins.of(k)
+        } else {
+            format!("{origin}, setting {k}")
+        }
+    };
+    let invalid = |k: &str, message: String| ConfigError::Invalid {
+        origin: at(k),
+        message,
+    };
+
+    let mut names = Vec::with_capacity(s.names.len());
+    for n in &s.names {
+        names.push(check_name(n).map_err(|m| invalid("names", m))?);
+    }
+    let certs = match (&s.cert, &s.key) {
+        (None, None) => Vec::new(),
+        (Some(c), Some(k)) => {
+            let (c, k) = (c.paths(), k.paths());
+            if c.len() != k.len() || c.is_empty() {
+                return Err(invalid(
+                    "key",
+                    format!(
+                        "{} certificate file(s) and {} key file(s): give one key per \
+                         certificate, in the same order",
+                        c.len(),
+                        k.len()
+                    ),
+                ));
+            }
+            c.into_iter().zip(k).collect()
+        }
+        (Some(_), None) => {
+            return Err(invalid(
+                "cert",
+                "a certificate needs its key: set key as well".into(),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(invalid(
+                "key",
+                "a key needs its certificate: set cert as well".into(),
+            ))
+        }
+    };
+
+    let job = match (&s.root, &s.backend) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "backend",
+                "a site serves files (root) or terminates TLS for a backend (backend), \
+                 not both: make two sites"
+                    .into(),
+            ))
+        }
+        (None, Some(b)) => {
+            if s.autoindex.is_some() || s.follow_symlinks_outside.is_some() {
+                return Err(invalid(
+                    "autoindex",
+                    "autoindex and follow_symlinks_outside are for a site with a root, \
+                     not a backend"
+                        .into(),
+                ));
+            }
+            Job::Backend(Backend {
+                addr: BackendAddr::parse(b).map_err(|e| invalid("backend", e.to_string()))?,
+                write_proxy: s.write_proxy,
+            })
+        }
+        (root, None) => {
+            let Some(root) = root.clone().or_else(|| default_root.map(Path::to_path_buf)) else {
+                return Err(invalid(
+                    "root",
+                    "a site needs root = \"/srv/DIR\" (static files) or backend = \
+                     \"HOST:PORT\" (TLS termination)"
+                        .into(),
+                ));
+            };
+            if s.write_proxy.is_some() {
+                return Err(invalid(
+                    "write_proxy",
+                    "a PROXY header goes to a backend: this site serves files".into(),
+                ));
+            }
+            Job::Files(Files {
+                root,
+                autoindex: s.autoindex.unwrap_or(false),
+                follow_symlinks_outside: s.follow_symlinks_outside.unwrap_or(false),
+            })
+        }
+    };
+    let alpn: Vec<String> = match (&s.alpn, &job) {
+        (Some(a), _) => a.clone(),
+        (None, Job::Files(_)) => FILES_ALPN.iter().map(|s| s.to_string()).collect(),
+        (None, Job::Backend(_)) => Vec::new(),
+    };
+    for a in &alpn {
+        if a.is_empty() || a.len() > 255 {
+            return Err(invalid(
+                "alpn",
+                format!("{a:?} is not an ALPN protocol name (1 to 255 bytes, e.g. h2, http/1.1)"),
+            ));
+        }
+        if matches!(job, Job::Files(_)) && !FILES_ALPN.contains(&a.as_str()) {
+            return Err(invalid(
+                "alpn",
+                format!(
+                    "{a:?}: a site with a root speaks HTTP/1.1 only; offer http/1.1 and \
+                     http/1.0, or leave alpn out"
+                ),
+            ));
+        }
+    }
+
+    let mut site_limits = limits.clone();
+    let l = &s.limits;
+    for (slot, v) in [
+        (&mut site_limits.request_line, l.request_line),
+        (&mut site_limits.header_bytes, l.header_bytes),
+        (&mut site_limits.headers, l.headers),
+    ] {
+        if let Some(v) = v {
+            *slot = v;
+        }
+    }
+    if let Some(v) = l.body {
+        site_limits.body = v;
+    }
+    if let Some(v) = l.keepalive_requests {
+        site_limits.keepalive_requests = v;
+    }
+    site_limits.check(|k| at(&format!("[limits] {k}")))?;
+    let mut site_timeouts = timeouts.clone();
+    let t = &s.timeouts;
+    for (name, slot, v) in [
+        (
+            "request_header",
+            &mut site_timeouts.request_header,
+            t.request_header,
+        ),
+        ("keepalive", &mut site_timeouts.keepalive, t.keepalive),
+        ("send", &mut site_timeouts.send, t.send),
+        ("connect", &mut site_timeouts.connect, t.connect),
+        ("idle", &mut site_timeouts.idle, t.idle),
+    ] {
+        if let Some(v) = v {
+            check_timeout(&at(&format!("[timeouts] {name}")), v)?;
+            *slot = v;
+        }
+    }
+    Ok(Site {
+        cert_origin: at("cert"),
+        origin,
+        names,
+        certs,
+        job,
+        alpn: alpn.into_iter().map(String::into_bytes).collect(),
+        limits: site_limits,
+        timeouts: site_timeouts,
+    })
+}
+
+/// A host name as a site may list it: lower case, no trailing dot; a
+/// wildcard only as the whole first label (`*.example.com`, as in
+/// certificates). IP addresses never arrive in SNI, so they are refused.
+pub fn check_name(name: &str) -> Result<String, String> {
+    let n = name.trim_end_matches('.').to_ascii_lowercase();
+    let (wild, rest) = match n.strip_prefix("*.") {
+        Some(rest) => (true, rest),
+        None => (false, n.as_str()),
+    };
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    let ok = !rest.is_empty() && n.len() <= 253 && rest.split('.').all(label_ok);
+    if !ok {
+        return Err(format!(
+            "{name:?} is not a host name (examples: example.com, *.example.com; a wildcard \
+             only as the whole first label)"
+        ));
+    }
+    if rest.parse::<std::net::IpAddr>().is_ok() || (!wild && n.parse::<std::net::IpAddr>().is_ok())
+    {
+        return Err(format!(
+            "{name:?} is an IP address: clients send no name (SNI) for those, so the \
+             default site answers them"
+        ));
+    }
+    if wild && !rest.contains('.') {
+        return Err(format!(
+            "{name:?}: a wildcard needs at least two labels after it (*.example.com)"
+        ));
+    }
+    Ok(n)
+}
+
+impl Settings {
+    /// The files site of `serve` / the backend site of `proxy` when there is
+    /// only one site (what `serve` and `proxy` print).
+    pub fn only_site(&self) -> Option<&Site> {
+        match self.sites.as_slice() {
+            [one] => Some(one),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from_text(text: &str) -> Result<Settings, ConfigError> {
+        let f = FileConfig::parse(text).unwrap();
+        let o = Origins {
+            file: Some("/etc/t.toml".into()),
+            ..Default::default()
+        };
+        resolve(f, text, &o, None)
+    }
+
+    #[test]
+    fn several_sites_resolve_with_defaults_and_overrides() {
+        let s = from_text(
+            "listen = [\"127.0.0.1:1\", \"[::1]:1\"]\n\
+             [timeouts]\nkeepalive = 9\n\
+             [[site]]\nnames = [\"A.test.\", \"*.a.test\"]\nroot = \"/srv/a\"\n\
+             [site.timeouts]\nkeepalive = 2\n\
+             [[site]]\nnames = [\"b.test\"]\nbackend = \"127.0.0.1:9\"\nwrite_proxy = \"v1\"\n\
+             default = true\n",
+        )
+        .unwrap();
+        assert_eq!(s.listen.len(), 2);
+        assert_eq!(s.sites.len(), 2);
+        assert_eq!(s.sites[0].names, ["a.test", "*.a.test"]);
+        assert_eq!(s.sites[0].timeouts.keepalive, 2.0);
+        assert_eq!(s.sites[1].timeouts.keepalive, 9.0);
+        assert_eq!(
+            s.sites[0].alpn,
+            [b"http/1.1".to_vec(), b"http/1.0".to_vec()]
+        );
+        assert!(s.sites[1].alpn.is_empty());
+        assert!(matches!(s.sites[1].job, Job::Backend(_)));
+        assert_eq!(s.default_site, 1);
+    }
+
+    #[test]
+    fn bad_sites_are_refused_naming_line_and_setting() {
+        for (text, want) in [
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\n[[site]]\nnames = [\"A.TEST\"]\nroot = \"/y\"\n",
+                "line 4 ([[site]] #2), setting names: name \"a.test\" is also a name of config file /etc/t.toml, line 1",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\n",
+                "line 1 ([[site]] #1), setting root: a site needs root",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nbackend = \"127.0.0.1:1\"\n",
+                "setting backend: a site serves files",
+            ),
+            (
+                "[[site]]\nnames = [\"a..test\"]\nroot = \"/x\"\n",
+                "setting names: \"a..test\" is not a host name",
+            ),
+            (
+                "[[site]]\nnames = [\"*.test\"]\nroot = \"/x\"\n",
+                "a wildcard needs at least two labels",
+            ),
+            (
+                "[[site]]\nnames = [\"10.0.0.1\"]\nroot = \"/x\"\n",
+                "is an IP address",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\ncert = [\"a\", \"b\"]\nkey = \"k\"\n",
+                "setting key: 2 certificate file(s) and 1 key file(s)",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nalpn = [\"h2\"]\n",
+                "setting alpn: \"h2\": a site with a root speaks HTTP/1.1 only",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\n[site.timeouts]\nsend = 0\n",
+                "setting [timeouts] send: 0 is out of range",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\n[[site]]\nroot = \"/y\"\n",
+                "([[site]] #2): a site needs names",
+            ),
+            (
+                "root = \"/x\"\n[[site]]\nnames = [\"a.test\"]\nroot = \"/y\"\n",
+                "move them into a [[site]]",
+            ),
+            ("listen = [\"nope\"]\nroot = \"/x\"\n", "line 1, setting listen"),
+            (
+                "proxy_from = [\"10.0.0.0/8\"]\nroot = \"/x\"\n",
+                "setting proxy_from: trusted PROXY sources mean nothing",
+            ),
+        ] {
+            let e = from_text(text).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}\n=> {e}\nwanted: {want}");
+        }
+    }
+
+    #[test]
+    fn names_are_checked_and_normalised() {
+        assert_eq!(check_name("WWW.Example.COM.").unwrap(), "www.example.com");
+        assert_eq!(check_name("*.example.com").unwrap(), "*.example.com");
+        for bad in [
+            "", ".", "a.*.b", "-a.b", "a b.c", "*", "*.com", "::1", "x.*",
+        ] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_top_level_site_may_take_the_default_root() {
+        let f = FileConfig::parse("autoindex = true\n").unwrap();
+        let s = resolve(f, "", &Origins::default(), Some(Path::new("/srv"))).unwrap();
+        match &s.only_site().unwrap().job {
+            Job::Files(f) => {
+                assert_eq!(f.root, PathBuf::from("/srv"));
+                assert!(f.autoindex);
+            }
+            Job::Backend(_) => panic!("not files"),
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! The sites the listeners front, as the workers see them: each site's TLS
+//! configuration and service, and the lookup from the name a ClientHello
+//! asks for (SNI) to its site: the exact name, then the wildcard one label
+//! up, then the default site (or a refusal, as configured). Built whole
+//! from the settings at start and on every reload, then swapped in at once.
+
+use crate::config::cert;
+use crate::config::settings::{Job, Settings, Site};
+use crate::config::UnknownNames;
+use crate::http::session::StaticFiles;
+use crate::proxy::Proxy;
+use crate::server::StartError;
+use crate::tls::{Refusal, ServerConfigs, TlsShared};
+use ipnet::IpNet;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Every site, and how names find them.
+pub(crate) struct Sites {
+    list: Vec<Arc<SiteRt>>,
+    /// Lower-case names (`*.example.com` for wildcards) → index in `list`.
+    names: HashMap<String, usize>,
+    default: usize,
+    reject_unknown: bool,
+    /// Trusted sources of a PROXY header before TLS (`None`: none read).
+    pub accept_proxy: Option<Vec<IpNet>>,
+    /// A plaintext HTTP client gets nginx's readable 400 when the default
+    /// site serves files; a backend may speak anything, so it is closed.
+    pub answers_plain_http: bool,
+}
+
+/// One site, ready to serve.
+pub(crate) struct SiteRt {
+    pub settings: Site,
+    pub tls: ServerConfigs,
+    pub job: SiteJob,
+}
+
+/// The service a site runs once TLS is up.
+pub(crate) enum SiteJob {
+    Files(StaticFiles),
+    Proxy(Proxy),
+}
+
+impl Sites {
+    /// Load every site's certificates and open its root; `say` gets the
+    /// lines an operator should see (which certificate each site uses).
+    pub fn build(
+        settings: &Settings,
+        shared: &TlsShared,
+        say: &mut dyn FnMut(String),
+    ) -> Result<Sites, StartError> {
+        let mut list = Vec::with_capacity(settings.sites.len());
+        let mut names = HashMap::new();
+        for (i, site) in settings.sites.iter().enumerate() {
+            let tls = site_tls(site, shared, say)?;
+            let job = match &site.job {
+                Job::Files(f) => SiteJob::Files(StaticFiles::new(site, f)?),
+                Job::Backend(b) => SiteJob::Proxy(Proxy::new(site, b)),
+            };
+            for n in &site.names {
+                names.insert(n.clone(), i);
+            }
+            list.push(Arc::new(SiteRt {
+                settings: site.clone(),
+                tls,
+                job,
+            }));
+        }
+        let default = settings.default_site.min(list.len().saturating_sub(1));
+        let answers_plain_http =
+            matches!(list.get(default).map(|s| &s.job), Some(SiteJob::Files(_)));
+        Ok(Sites {
+            list,
+            names,
+            default,
+            reject_unknown: settings.unknown_names == UnknownNames::Reject,
+            accept_proxy: settings.accept_proxy.clone(),
+            answers_plain_http,
+        })
+    }
+
+    /// The site for a ClientHello that asks for `sni`.
+    pub fn choose(&self, sni: Option<&str>) -> Result<&Arc<SiteRt>, Refusal> {
+        let found = sni.and_then(|n| {
+            self.names.get(n).or_else(|| {
+                // One label up: a.b.example.com matches *.b.example.com only.
+                let (_, parent) = n.split_once('.')?;
+                self.names.get(&format!("*.{parent}"))
+            })
+        });
+        match found {
+            Some(&i) => self.list.get(i).ok_or(Refusal::UnknownName),
+            None if self.reject_unknown => Err(Refusal::UnknownName),
+            None => self.list.get(self.default).ok_or(Refusal::UnknownName),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// The first site's service.
+    pub fn first_job(&self) -> Option<&SiteJob> {
+        self.list.first().map(|s| &s.job)
+    }
+
+    /// Descriptors one connection may hold at once, at most, over all
+    /// sites.
+    pub fn fds_per_connection(&self) -> u64 {
+        self.list
+            .iter()
+            .map(|s| match s.job {
+                SiteJob::Files(_) => StaticFiles::FDS_PER_CONNECTION,
+                SiteJob::Proxy(_) => Proxy::FDS_PER_CONNECTION,
+            })
+            .max()
+            .unwrap_or(1)
+    }
+}
+
+/// A site's certificates and its TLS configurations.
+fn site_tls(
+    site: &Site,
+    shared: &TlsShared,
+    say: &mut dyn FnMut(String),
+) -> Result<ServerConfigs, StartError> {
+    let in_site = |e: &dyn std::fmt::Display| StartError::Site {
+        origin: site.cert_origin.clone(),
+        message: e.to_string(),
+    };
+    let for_names = if site.names.is_empty() {
+        String::new()
+    } else {
+        format!(" for {}", site.names.join(", "))
+    };
+    let mut keys = Vec::new();
+    if site.certs.is_empty() {
+        let id = cert::load(None, None).map_err(|e| in_site(&e))?;
+        if id.created {
+            say(format!(
+                "made a self-signed certificate for localhost, 127.0.0.1, ::1: {}",
+                id.cert_path.display()
+            ));
+        }
+        say(format!(
+            "certificate {} (SHA-256 {}){for_names}",
+            id.cert_path.display(),
+            id.fingerprint()
+        ));
+        keys.push(
+            shared
+                .certified_key(id.chain, id.key)
+                .map_err(|e| in_site(&e))?,
+        );
+    }
+    for (c, k) in &site.certs {
+        let id = cert::load(Some(c), Some(k)).map_err(|e| in_site(&e))?;
+        let shown = format!(
+            "certificate {} (SHA-256 {}){for_names}",
+            id.cert_path.display(),
+            id.fingerprint()
+        );
+        let key = shared
+            .certified_key(id.chain, id.key)
+            .map_err(|e| in_site(&format!("{} and {}: {e}", c.display(), k.display())))?;
+        for n in &site.names {
+            if !cert::covers(&key.cert[0], n) {
+                say(format!(
+                    "warning: {}: certificate {} does not cover the name {n}: clients that \
+                     check it will refuse the connection",
+                    site.origin,
+                    c.display()
+                ));
+            }
+        }
+        say(shown);
+        keys.push(key);
+    }
+    shared
+        .site(keys, site.alpn.clone())
+        .map_err(|e| in_site(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::file::FileConfig;
+    use crate::config::settings::{resolve, Origins};
+
+    fn sites(text: &str) -> Sites {
+        let dir = tempfile::tempdir().unwrap();
+        let (c, k) = cert::self_signed().unwrap();
+        std::fs::write(dir.path().join("c.pem"), c).unwrap();
+        std::fs::write(dir.path().join("k.pem"), k).unwrap();
+        let p = dir.path().join("t.toml");
+        std::fs::write(&p, text).unwrap();
+        let (f, text) = FileConfig::load(&p).unwrap();
+        let o = Origins {
+            file: Some(p),
+            ..Default::default()
+        };
+        let s = resolve(f, &text, &o, None).unwrap();
+        let shared = TlsShared::new(Default::default()).unwrap();
+        Sites::build(&s, &shared, &mut |_| {}).unwrap()
+    }
+
+    fn site_of(s: &Sites, sni: Option<&str>) -> Result<String, Refusal> {
+        s.choose(sni).map(|s| s.settings.label().to_string())
+    }
+
+    #[test]
+    fn names_pick_sites_exact_then_wildcard_then_default() {
+        let s = sites(
+            "[[site]]\nnames = [\"a.test\", \"*.a.test\"]\nroot = \".\"\ncert = \"c.pem\"\nkey = \"k.pem\"\n\
+             [[site]]\nnames = [\"x.a.test\", \"b.test\"]\nbackend = \"127.0.0.1:9\"\ncert = \"c.pem\"\nkey = \"k.pem\"\n\
+             [[site]]\nnames = [\"c.test\"]\nroot = \".\"\ndefault = true\ncert = \"c.pem\"\nkey = \"k.pem\"\n",
+        );
+        assert_eq!(s.len(), 3);
+        assert_eq!(site_of(&s, Some("a.test")).unwrap(), "a.test");
+        assert_eq!(site_of(&s, Some("y.a.test")).unwrap(), "a.test");
+        // The exact name wins over the wildcard.
+        assert_eq!(site_of(&s, Some("x.a.test")).unwrap(), "x.a.test");
+        // A wildcard covers one label only.
+        assert_eq!(site_of(&s, Some("z.y.a.test")).unwrap(), "c.test");
+        assert_eq!(site_of(&s, Some("other.test")).unwrap(), "c.test");
+        assert_eq!(site_of(&s, None).unwrap(), "c.test");
+        assert!(s.answers_plain_http);
+        assert_eq!(s.fds_per_connection(), Proxy::FDS_PER_CONNECTION);
+    }
+
+    #[test]
+    fn unknown_names_can_be_refused() {
+        let s = sites(
+            "unknown_names = \"reject\"\n\
+             [[site]]\nnames = [\"b.test\"]\nbackend = \"127.0.0.1:9\"\ncert = \"c.pem\"\nkey = \"k.pem\"\n",
+        );
+        assert_eq!(site_of(&s, Some("b.test")).unwrap(), "b.test");
+        assert_eq!(site_of(&s, Some("c.test")), Err(Refusal::UnknownName));
+        assert_eq!(site_of(&s, None), Err(Refusal::UnknownName));
+        assert!(!s.answers_plain_http);
+    }
+}

@@ -1,0 +1,605 @@
+//! Many sites on one listener, through real clients: `tlsfront run
+//! --config` with static and proxied sites chosen by SNI (curl `--resolve`
+//! over 100+ names, each checked against its site's certificate), wildcard
+//! and default sites, RSA and ECDSA certificates on one name chosen by the
+//! client's offer (openssl s_client), a refused unknown name, `tlsfront
+//! config check`, and reloads on SIGHUP (new certificates and sites seen at
+//! once, a broken config refused, sessions resumed across reloads, a
+//! download in flight finished intact).
+
+mod common;
+
+use common::{s_client, sha256, tool, Server, Step};
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A test CA that signs each site's certificates.
+struct Ca {
+    dir: tempfile::TempDir,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    pem: PathBuf,
+}
+
+impl Ca {
+    fn new() -> Ca {
+        let dir = tempfile::tempdir().unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "tlsfront test CA");
+        let cert = params.self_signed(&key).unwrap();
+        let pem = dir.path().join("ca.pem");
+        std::fs::write(&pem, cert.pem()).unwrap();
+        Ca {
+            dir,
+            issuer: rcgen::Issuer::new(params, key),
+            pem,
+        }
+    }
+
+    /// A certificate for `names` (ECDSA P-256, or RSA 2048 with `rsa`),
+    /// written as `<file>.pem` and `<file>.key`; their paths.
+    fn issue(&self, file: &str, names: &[String], rsa: bool) -> (PathBuf, PathBuf) {
+        let key = if rsa {
+            rcgen::KeyPair::generate_for(&rcgen::PKCS_RSA_SHA256).unwrap()
+        } else {
+            rcgen::KeyPair::generate().unwrap()
+        };
+        let mut params = rcgen::CertificateParams::new(names.to_vec()).unwrap();
+        params.distinguished_name.push(
+            rcgen::DnType::CommonName,
+            format!("{file} {}", if rsa { "rsa" } else { "ecdsa" }),
+        );
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let c = self.dir.path().join(format!("{file}.pem"));
+        let k = self.dir.path().join(format!("{file}.key"));
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    }
+}
+
+/// A document root holding `id.txt` = `id`.
+fn root_with_id(base: &Path, id: &str) -> PathBuf {
+    let root = base.join(id);
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("id.txt"), format!("{id}\n")).unwrap();
+    root
+}
+
+/// A plain HTTP backend that answers every request with `id` and closes.
+fn backend(id: &'static str) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().map_while(Result::ok) {
+            std::thread::spawn(move || {
+                c.set_read_timeout(Some(Duration::from_secs(10))).ok();
+                let mut head = Vec::new();
+                let mut b = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match c.read(&mut b) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&b[..n]),
+                    }
+                }
+                let body = format!("{id}\n");
+                let _ = write!(
+                    c,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    port
+}
+
+fn toml_list(names: &[String]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+fn path(p: &Path) -> String {
+    format!("{:?}", p.display().to_string())
+}
+
+/// curl every `name` for `/id.txt` in one process, trusting `ca`; the
+/// bodies, one per line, and curl's exit status.
+fn curl_names(port: u16, ca: &Path, names: &[String], extra: &[&str]) -> (String, bool) {
+    let mut c = tool("curl");
+    c.args(["-sS", "--max-time", "60", "--cacert"])
+        .arg(ca)
+        .args(extra);
+    for n in names {
+        c.arg("--resolve").arg(format!("{n}:{port}:127.0.0.1"));
+    }
+    for n in names {
+        c.arg(format!("https://{n}:{port}/id.txt"));
+    }
+    let out = c.output().expect("run curl");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        out.status.success(),
+    )
+}
+
+fn names(prefix: &str, n: usize, domain: &str) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}{i}.{domain}")).collect()
+}
+
+#[test]
+fn sni_picks_among_static_and_proxied_sites_over_a_hundred_names() {
+    let ca = Ca::new();
+    let base = tempfile::tempdir().unwrap();
+    let site_a = names("a", 40, "alpha.test");
+    let site_b = names("b", 40, "beta.test");
+    let site_c = names("c", 30, "gamma.test");
+    let (ca_c, ka) = ca.issue("alpha", &site_a, false);
+    let (cb, kb) = ca.issue("beta", &site_b, false);
+    let (cc, kc) = ca.issue("gamma", &site_c, false);
+    let wild = vec!["*.wild.test".to_string()];
+    let (cw, kw) = ca.issue("wild", &wild, false);
+    let default_names = vec!["default.test".to_string()];
+    let (cd, kd) = ca.issue("default", &default_names, false);
+    let gamma_port = backend("gamma-backend");
+    let config = base.path().join("sites.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[site]]\nnames = {}\nroot = {}\ncert = {}\nkey = {}\n\n\
+             [[site]]\nnames = {}\nroot = {}\ncert = {}\nkey = {}\n\n\
+             [[site]]\nnames = {}\nbackend = \"127.0.0.1:{gamma_port}\"\ncert = {}\nkey = {}\n\n\
+             [[site]]\nnames = {}\nroot = {}\ncert = {}\nkey = {}\n\n\
+             [[site]]\nnames = {}\nroot = {}\ncert = {}\nkey = {}\ndefault = true\n",
+            toml_list(&site_a),
+            path(&root_with_id(base.path(), "alpha")),
+            path(&ca_c),
+            path(&ka),
+            toml_list(&site_b),
+            path(&root_with_id(base.path(), "beta")),
+            path(&cb),
+            path(&kb),
+            toml_list(&site_c),
+            path(&cc),
+            path(&kc),
+            toml_list(&wild),
+            path(&root_with_id(base.path(), "wild")),
+            path(&cw),
+            path(&kw),
+            toml_list(&default_names),
+            path(&root_with_id(base.path(), "default")),
+            path(&cd),
+            path(&kd),
+        ),
+    )
+    .unwrap();
+    let server = Server::run(&config, &[]);
+    let port = server.port;
+    assert!(
+        server.startup.iter().any(|l| l.contains("for 5 sites")),
+        "{:?}",
+        server.startup
+    );
+
+    // Every name of every site, verified against the CA: the certificate
+    // served covers the name, so the site's own was picked.
+    let mut total = 0;
+    for (names, id) in [
+        (&site_a, "alpha"),
+        (&site_b, "beta"),
+        (&site_c, "gamma-backend"),
+    ] {
+        let (out, ok) = curl_names(port, &ca.pem, names, &[]);
+        assert!(ok, "curl failed for {id}: {out}");
+        assert_eq!(out, format!("{id}\n").repeat(names.len()), "{id}");
+        total += names.len();
+    }
+    let wild_names = names("w", 10, "wild.test");
+    let (out, ok) = curl_names(port, &ca.pem, &wild_names, &[]);
+    assert!(ok && out == "wild\n".repeat(10), "{out}");
+    total += wild_names.len();
+    assert!(total >= 120);
+
+    // A wildcard covers one label: deeper names, unknown names and no name
+    // at all get the default site (whose certificate does not cover them:
+    // curl -k to look at the answer).
+    let odd = vec![
+        "x.y.wild.test".to_string(),
+        "nobody.test".to_string(),
+        "default.test".to_string(),
+    ];
+    let (out, ok) = curl_names(port, &ca.pem, &odd, &["-k"]);
+    assert!(ok && out == "default\n".repeat(3), "{out}");
+    let (out, ok) = curl_names(port, &ca.pem, &["127.0.0.1".to_string()], &["-k"]);
+    assert!(ok && out == "default\n", "{out}");
+    // Without -k, the default certificate does not pass for another name.
+    let (_, ok) = curl_names(port, &ca.pem, &["nobody.test".to_string()], &[]);
+    assert!(!ok, "curl accepted the default certificate for nobody.test");
+
+    let report = server.stop_and_check_path((total + 4) as u64);
+    assert!(report.contains("responses: 200 "), "{report}");
+}
+
+#[test]
+fn rsa_and_ecdsa_on_one_name_chosen_by_the_client() {
+    let ca = Ca::new();
+    let base = tempfile::tempdir().unwrap();
+    let n = vec!["dual.test".to_string()];
+    let (ce, ke) = ca.issue("dual-ecdsa", &n, false);
+    let (cr, kr) = ca.issue("dual-rsa", &n, true);
+    let config = base.path().join("dual.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[site]]\nnames = [\"dual.test\"]\nroot = {}\ncert = [{}, {}]\nkey = [{}, {}]\n",
+            path(&root_with_id(base.path(), "dual")),
+            path(&cr),
+            path(&ce),
+            path(&kr),
+            path(&ke),
+        ),
+    )
+    .unwrap();
+    let server = Server::run(&config, &[]);
+    let ca_arg = ca.pem.display().to_string();
+    let subject = |args: &[&str]| {
+        let mut a = vec!["-servername", "dual.test", "-CAfile", &ca_arg, "-brief"];
+        a.extend_from_slice(args);
+        let (out, err, _) = s_client(
+            server.port,
+            &a,
+            &[Step::Sleep(300)],
+            Duration::from_secs(20),
+        );
+        let all = format!("{out}{err}");
+        assert!(all.contains("Verification: OK"), "{all}");
+        all
+    };
+    // TLS 1.3, each signature algorithm offered alone, then both.
+    let rsa = subject(&["-tls1_3", "-sigalgs", "rsa_pss_rsae_sha256"]);
+    assert!(rsa.contains("dual-rsa rsa"), "{rsa}");
+    let ec = subject(&["-tls1_3", "-sigalgs", "ecdsa_secp256r1_sha256"]);
+    assert!(ec.contains("dual-ecdsa ecdsa"), "{ec}");
+    // Both offered: ECDSA, the cheaper signature, though RSA is listed first.
+    let both = subject(&["-tls1_3"]);
+    assert!(both.contains("dual-ecdsa ecdsa"), "{both}");
+    // TLS 1.2: the suite's authentication decides.
+    let rsa12 = subject(&["-tls1_2", "-cipher", "ECDHE-RSA-AES128-GCM-SHA256"]);
+    assert!(rsa12.contains("dual-rsa rsa"), "{rsa12}");
+    let ec12 = subject(&["-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256"]);
+    assert!(ec12.contains("dual-ecdsa ecdsa"), "{ec12}");
+    server.stop();
+}
+
+#[test]
+fn unknown_names_can_be_refused_with_unrecognized_name() {
+    let ca = Ca::new();
+    let base = tempfile::tempdir().unwrap();
+    let n = vec!["known.test".to_string()];
+    let (c, k) = ca.issue("known", &n, false);
+    let config = base.path().join("reject.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "unknown_names = \"reject\"\n[[site]]\nnames = [\"known.test\"]\nroot = {}\ncert = {}\nkey = {}\n",
+            path(&root_with_id(base.path(), "known")),
+            path(&c),
+            path(&k),
+        ),
+    )
+    .unwrap();
+    let server = Server::run(&config, &[]);
+    let (out, ok) = curl_names(server.port, &ca.pem, &n, &[]);
+    assert!(ok && out == "known\n", "{out}");
+    for args in [vec!["-servername", "unknown.test"], vec!["-noservername"]] {
+        let (out, err, _) = s_client(server.port, &args, &[], Duration::from_secs(20));
+        let all = format!("{out}{err}");
+        assert!(
+            all.contains("unrecognized name") || all.contains("alert number 112"),
+            "{args:?}: {all}"
+        );
+    }
+    let (status, report) = server.stop();
+    assert!(status.success());
+    assert!(report.contains("hello_unrecognized_name 2"), "{report}");
+}
+
+fn config_check(file: &Path) -> (bool, String) {
+    let out = std::process::Command::new(common::BIN)
+        .args(["config", "check"])
+        .arg(file)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn config_check_loads_every_certificate_and_names_each_fault() {
+    let ca = Ca::new();
+    let base = tempfile::tempdir().unwrap();
+    let n = vec!["one.test".to_string(), "www.one.test".to_string()];
+    let (c1, k1) = ca.issue("one", &n, false);
+    let (_, k_other) = ca.issue("other", &["other.test".to_string()], false);
+    let root = root_with_id(base.path(), "one");
+    let write = |name: &str, text: String| {
+        let p = base.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+
+    let good = write(
+        "good.toml",
+        format!(
+            "listen = [\"127.0.0.1:8443\"]\n[[site]]\nnames = [\"one.test\", \"www.one.test\"]\nroot = {}\ncert = {}\nkey = {}\n\
+             [[site]]\nnames = [\"api.test\"]\nbackend = \"127.0.0.1:9000\"\nwrite_proxy = \"v2\"\n",
+            path(&root),
+            path(&c1),
+            path(&k1)
+        ),
+    );
+    let (ok, out) = config_check(&good);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("site one.test, www.one.test, default"),
+        "{out}"
+    );
+    assert!(
+        out.contains("TLS for backend 127.0.0.1:9000, PROXY v2"),
+        "{out}"
+    );
+    assert!(out.contains("good.toml: ok"), "{out}");
+
+    // The key of another certificate.
+    let mismatch = write(
+        "mismatch.toml",
+        format!(
+            "[[site]]\nnames = [\"one.test\"]\nroot = {}\ncert = {}\nkey = {}\n",
+            path(&root),
+            path(&c1),
+            path(&k_other)
+        ),
+    );
+    let (ok, out) = config_check(&mismatch);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("other.key does not belong to certificate") && out.contains("one.pem"),
+        "{out}"
+    );
+
+    // A name the certificate does not cover.
+    let uncovered = write(
+        "uncovered.toml",
+        format!(
+            "[[site]]\nnames = [\"one.test\", \"two.test\"]\nroot = {}\ncert = {}\nkey = {}\n",
+            path(&root),
+            path(&c1),
+            path(&k1)
+        ),
+    );
+    let (ok, out) = config_check(&uncovered);
+    assert!(!ok, "{out}");
+    assert!(out.contains("does not cover the name two.test"), "{out}");
+
+    // Expiring within 14 days: a warning, still valid.
+    let soon_c = base.path().join("soon.pem");
+    let soon_k = base.path().join("soon.key");
+    let made = tool("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "5", "-subj", "/CN=soon.test"])
+        .args(["-addext", "subjectAltName=DNS:soon.test", "-keyout"])
+        .arg(&soon_k)
+        .arg("-out")
+        .arg(&soon_c)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let soon = write(
+        "soon.toml",
+        format!(
+            "[[site]]\nnames = [\"soon.test\"]\nroot = {}\ncert = {}\nkey = {}\n",
+            path(&root),
+            path(&soon_c),
+            path(&soon_k)
+        ),
+    );
+    let (ok, out) = config_check(&soon);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("warning: certificate") && out.contains("expires in 4 day"),
+        "{out}"
+    );
+
+    // Unknown keys and bad values: file, line and setting.
+    let typo = write(
+        "typo.toml",
+        "[[site]]\nnames = [\"a.test\"]\nroots = \"/x\"\n".into(),
+    );
+    let (ok, out) = config_check(&typo);
+    assert!(
+        !ok && out.contains("typo.toml, line 3") && out.contains("roots"),
+        "{out}"
+    );
+    let missing = write(
+        "missing.toml",
+        "[[site]]\nnames = [\"a.test\"]\nroot = \"/nonexistent/dir\"\n".into(),
+    );
+    let (ok, out) = config_check(&missing);
+    assert!(!ok && out.contains("/nonexistent/dir"), "{out}");
+}
+
+/// The SHA-256 fingerprint openssl sees for `name`.
+fn served_fingerprint(port: u16, name: &str) -> String {
+    let (out, err, _) = s_client(
+        port,
+        &["-servername", name, "-showcerts"],
+        &[Step::Sleep(200)],
+        Duration::from_secs(20),
+    );
+    let pem: String = {
+        let start = out
+            .find("-----BEGIN CERTIFICATE-----")
+            .unwrap_or_else(|| panic!("{out}{err}"));
+        let end = out[start..].find("-----END CERTIFICATE-----").unwrap() + start + 25;
+        out[start..end].to_string()
+    };
+    let mut x = tool("openssl")
+        .args(["x509", "-noout", "-fingerprint", "-sha256"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    x.stdin.take().unwrap().write_all(pem.as_bytes()).unwrap();
+    let out = x.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn reload_swaps_certificates_and_sites_and_keeps_sessions_and_downloads() {
+    let ca = Ca::new();
+    let base = tempfile::tempdir().unwrap();
+    let n = vec!["r.test".to_string()];
+    let (c1, k1) = ca.issue("r1", &n, false);
+    let (c2, k2) = ca.issue("r2", &n, false);
+    let root = root_with_id(base.path(), "r");
+    let big = common::content(48 << 20, 7);
+    std::fs::write(root.join("big.bin"), &big).unwrap();
+    let cert = base.path().join("live.pem");
+    let key = base.path().join("live.key");
+    std::fs::copy(&c1, &cert).unwrap();
+    std::fs::copy(&k1, &key).unwrap();
+    let config = base.path().join("reload.toml");
+    let site_r = format!(
+        "[[site]]\nnames = [\"r.test\"]\nroot = {}\ncert = {}\nkey = {}\n",
+        path(&root),
+        path(&cert),
+        path(&key)
+    );
+    std::fs::write(&config, &site_r).unwrap();
+    let server = Server::run(&config, &[]);
+    let port = server.port;
+    let fp1 = served_fingerprint(port, "r.test");
+
+    // A download in flight across the reloads, slowed so it spans them.
+    let url = format!("https://r.test:{port}/big.bin");
+    let resolve = format!("r.test:{port}:127.0.0.1");
+    let mut download = tool("curl")
+        .args(["-sS", "--max-time", "120", "--limit-rate", "8M", "--cacert"])
+        .arg(&ca.pem)
+        .args(["--resolve", &resolve, &url])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    // A session to resume after the reload (TLS 1.3 ticket).
+    let sess = base.path().join("sess.pem");
+    let sess_arg = sess.display().to_string();
+    s_client(
+        port,
+        &["-servername", "r.test", "-sess_out", &sess_arg],
+        &[Step::WaitForFile(&sess)],
+        Duration::from_secs(20),
+    );
+
+    // Reload 1: new certificate, and a new site.
+    std::fs::copy(&c2, &cert).unwrap();
+    std::fs::copy(&k2, &key).unwrap();
+    let new_names = vec!["added.test".to_string()];
+    let (ca2, ka2) = ca.issue("added", &new_names, false);
+    std::fs::write(
+        &config,
+        format!(
+            "{site_r}[[site]]\nnames = [\"added.test\"]\nroot = {}\ncert = {}\nkey = {}\n",
+            path(&root_with_id(base.path(), "added")),
+            path(&ca2),
+            path(&ka2)
+        ),
+    )
+    .unwrap();
+    server.reload();
+    let out = server.wait_for_output("reloaded ", 1);
+    assert!(out.contains(": 2 sites"), "{out}");
+    let fp2 = served_fingerprint(port, "r.test");
+    assert_ne!(
+        fp1, fp2,
+        "the old certificate is still served after the reload"
+    );
+    let (body, ok) = curl_names(port, &ca.pem, &new_names, &[]);
+    assert!(ok && body == "added\n", "{body}");
+
+    // The session from before the reload resumes.
+    let (out, err, _) = s_client(
+        port,
+        &["-servername", "r.test", "-sess_in", &sess_arg],
+        &[Step::Sleep(300)],
+        Duration::from_secs(20),
+    );
+    assert!(out.contains("Reused, TLSv1.3"), "{out}{err}");
+
+    // Reload 2: a broken file is refused; the sites stay as they were.
+    std::fs::write(&config, "[[site]]\nnames = [\"r.test\"\n").unwrap();
+    server.reload();
+    let log = server.wait_for_log("reload failed");
+    assert!(
+        log.contains("reload failed, still serving the previous configuration")
+            && log.contains("reload.toml, line"),
+        "{log}"
+    );
+    assert_eq!(served_fingerprint(port, "r.test"), fp2);
+    let (body, ok) = curl_names(port, &ca.pem, &new_names, &[]);
+    assert!(ok && body == "added\n", "{body}");
+
+    // Reload 3: a key that does not match is refused too.
+    std::fs::write(&config, &site_r).unwrap();
+    std::fs::copy(&k1, &key).unwrap();
+    server.reload();
+    let start = Instant::now();
+    while server.log().matches("reload failed").count() < 2 && start.elapsed().as_secs() < 20 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = server.log();
+    assert_eq!(log.matches("reload failed").count(), 2, "{log}");
+    assert!(
+        log.contains("live.pem and") && log.contains("live.key"),
+        "{log}"
+    );
+    assert_eq!(served_fingerprint(port, "r.test"), fp2);
+
+    // The download started before all this is whole.
+    let mut got = Vec::new();
+    download
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut got)
+        .unwrap();
+    let status = download.wait().unwrap();
+    assert!(status.success(), "download failed: {status}");
+    assert_eq!(
+        sha256(&got),
+        sha256(&big),
+        "download changed across reloads"
+    );
+
+    let (status, report) = server.stop();
+    assert!(status.success());
+    assert!(report.contains("reloads: 1"), "{report}");
+}
