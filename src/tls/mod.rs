@@ -6,6 +6,7 @@ pub mod handshake;
 mod hello;
 mod hkdf;
 pub(crate) mod outbuf;
+pub mod tickets;
 pub mod userspace;
 
 pub use hello::Refusal;
