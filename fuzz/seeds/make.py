@@ -193,6 +193,15 @@ default = true
         ("ccs", b"\x50\x01"),
     ]:
         put("ktls_control", name, data)
+    # Session tickets: the fuzz keys' names (see fuzz_targets/ticket_decrypt.rs)
+    # then bytes, so inputs reach the MAC check; the shortest ticket is 80.
+    for name, data in [
+        ("name-80-short", b"tlsfront-fuzz-80" + b"\x00" * 10),
+        ("name-80-min", b"tlsfront-fuzz-80" + bytes(range(64))),
+        ("name-48-two-blocks", b"tlsfront-fuzz-48" + bytes(range(80))),
+        ("unknown-name", b"\xff" * 96),
+    ]:
+        put("ticket_decrypt", name, data)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ pub mod handshake;
 mod hello;
 mod hkdf;
 pub(crate) mod outbuf;
+pub mod tickets;
 pub mod userspace;
 
 pub use hello::{Hello, Refusal};

@@ -1,0 +1,988 @@
+//! Session-ticket keys: the one [`ProducesTickets`] every rustls
+//! `ServerConfig` of the process shares. This module owns the key material
+//! (read from nginx-format key files, or made at random and rotated in
+//! memory), the ticket format, and the swap of keys when a config reload
+//! changes the files.
+//!
+//! # Key files
+//!
+//! The files are nginx's `ssl_session_ticket_key` files, so that a fleet's
+//! existing rotation tooling (`openssl rand 80 > FILE`) works unchanged and
+//! the same file means the same keys to nginx and to tlsfront. nginx reads
+//! them in `ngx_ssl_session_ticket_keys()` and uses them in
+//! `ngx_ssl_ticket_key_callback()` (`src/event/ngx_event_openssl.c`):
+//!
+//! | size | bytes 0..16 | next             | last             | cipher      |
+//! |------|-------------|------------------|------------------|-------------|
+//! | 80   | key name    | HMAC key (32)    | AES-256 key (32) | AES-256-CBC |
+//! | 48   | key name    | AES-128 key (16) | HMAC key (16)    | AES-128-CBC |
+//!
+//! The two sizes put the keys in opposite orders; the MAC is HMAC-SHA256 in
+//! both (keyed with 16 bytes in the short form). As in nginx, the first
+//! file's key encrypts and every file's key decrypts, so a rotation adds
+//! the new key as the first file and keeps the old one after it until the
+//! tickets it made have expired.
+//!
+//! # Tickets
+//!
+//! OpenSSL's layout, which nginx gets from OpenSSL:
+//! `key_name(16) || IV(16) || AES-CBC-PKCS#7(state) || HMAC-SHA256(32)`,
+//! the HMAC over everything before it. (rustls' own `Ticketer` follows
+//! RFC 5077 section 4 and also MACs a 2-byte length; OpenSSL does not.) The
+//! sealed state is rustls', so nginx and tlsfront cannot resume each
+//! other's sessions: only the key usage is shared.
+//!
+//! # Without files
+//!
+//! Keys are made at random and rotated in memory; see [`DEFAULT_ROTATION`]
+//! for the policy.
+//!
+//! # Config reloads
+//!
+//! Hold one `Arc<TicketKeys>` for the life of the process and put a clone
+//! of it in every `ServerConfig`, including those a reload builds. On a
+//! reload call [`TicketKeys::reload`] (or [`KeyFiles::read`] while
+//! validating, then [`TicketKeys::install`] once the whole new config is
+//! good): the object swaps its keys in place only when the files' contents
+//! changed, so tickets issued before a reload keep resuming after it. A
+//! new `TicketKeys` per reload would instead drop every outstanding ticket
+//! whenever keys are rotating in memory. No `arc-swap` is needed: the
+//! swap happens inside, under a lock that ticket operations take only to
+//! read (and to write once per rotation).
+
+use aws_lc_rs::cipher::{
+    DecryptionContext, PaddedBlockDecryptingKey, PaddedBlockEncryptingKey, UnboundCipherKey,
+    AES_128, AES_256, AES_CBC_IV_LEN,
+};
+use aws_lc_rs::iv::FixedLength;
+use aws_lc_rs::{digest, hmac, rand};
+use rustls::server::ProducesTickets;
+use std::fmt;
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+use zeroize::Zeroizing;
+
+/// The rotation period of in-memory keys, and the ticket lifetime hint.
+///
+/// Each random key encrypts for one period and then decrypts for one more,
+/// so a ticket is accepted for at least one period and at most two. The
+/// hint is the one period: clients drop a ticket when its hint runs out,
+/// so they never offer one whose key may already be erased. Six hours is
+/// the period of rustls' own `Ticketer` (what `tls::server_config` uses
+/// without this module), so a single server's resumption and its exposure
+/// to a stolen key (at most 12 hours of sessions) stay as they were. Caddy's
+/// 12 hours with 4 keys kept means up to 48 hours of sessions under one
+/// key; nginx's automatic keys follow `ssl_session_timeout` (5 minutes by
+/// default), too short for most clients to come back within.
+pub const DEFAULT_ROTATION: Duration = Duration::from_secs(6 * 60 * 60);
+
+/// RFC 8446 4.6.1: a ticket lifetime hint may not exceed seven days.
+const MAX_HINT_SECS: u64 = 7 * 24 * 60 * 60;
+
+const NAME_LEN: usize = 16;
+const BLOCK_LEN: usize = 16;
+const TAG_LEN: usize = 32;
+
+/// The shortest possible ticket: PKCS#7 pads even an empty state to one
+/// block.
+const MIN_TICKET_LEN: usize = NAME_LEN + AES_CBC_IV_LEN + BLOCK_LEN + TAG_LEN;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TicketKeyError {
+    #[error("no session ticket key files given (give at least one, made with `openssl rand 80 > FILE`, or none at all for keys rotated in memory)")]
+    NoFiles,
+    #[error("cannot read session ticket key file {path}: {source} (check the path and that tlsfront can read it; make a key with `openssl rand 80 > {path}`)", path = path.display())]
+    Read { path: PathBuf, source: io::Error },
+    #[error("session ticket key file {path} is not a regular file (make a key with `openssl rand 80 > FILE` and give that file)", path = path.display())]
+    NotAFile { path: PathBuf },
+    #[error("session ticket key file {path} has {size} bytes, expected 48 or 80 bytes as nginx's ssl_session_ticket_key (make a new key with `openssl rand 80 > {path}`)", path = path.display())]
+    Size { path: PathBuf, size: u64 },
+    #[error("session ticket key files {first} and {second} have the same key name (their first 16 bytes), so tickets could not tell them apart (make a new key with `openssl rand 80 > {second}`)", first = first.display(), second = second.display())]
+    DuplicateName { first: PathBuf, second: PathBuf },
+    #[error("session ticket key file {path}: the cipher refused the key (make a new key with `openssl rand 80 > {path}`)", path = path.display())]
+    Crypto { path: PathBuf },
+}
+
+/// One ticket key. The aws-lc-rs key objects erase their copies of the
+/// material when dropped (the AES key schedules are zeroized, the HMAC
+/// context is cleansed), and the raw bytes are only ever held in
+/// zeroizing buffers, so no key material outlives its `Key`.
+struct Key {
+    name: [u8; NAME_LEN],
+    encrypt: PaddedBlockEncryptingKey,
+    decrypt: PaddedBlockDecryptingKey,
+    hmac: hmac::Key,
+    /// SHA-256 of the file's bytes: tells a reload whether the key
+    /// changed without keeping the bytes themselves.
+    digest: [u8; 32],
+}
+
+impl Key {
+    /// A key from a key file's bytes, in nginx's layout (see the module
+    /// documentation); `None` for any other length.
+    fn from_material(m: &[u8]) -> Option<Key> {
+        let (cipher, hmac_key, aes_key) = match m.len() {
+            80 => (&AES_256, &m[16..48], &m[48..80]),
+            48 => (&AES_128, &m[32..48], &m[16..32]),
+            _ => return None,
+        };
+        let unbound = || UnboundCipherKey::new(cipher, aes_key).ok();
+        Some(Key {
+            name: m[..NAME_LEN].try_into().ok()?,
+            encrypt: PaddedBlockEncryptingKey::cbc_pkcs7(unbound()?).ok()?,
+            decrypt: PaddedBlockDecryptingKey::cbc_pkcs7(unbound()?).ok()?,
+            hmac: hmac::Key::new(hmac::HMAC_SHA256, hmac_key),
+            digest: digest::digest(&digest::SHA256, m)
+                .as_ref()
+                .try_into()
+                .ok()?,
+        })
+    }
+
+    /// A random key in the 80-byte form; `None` if the RNG fails.
+    fn generate() -> Option<Key> {
+        let mut m = Zeroizing::new([0u8; 80]);
+        rand::fill(&mut m[..]).ok()?;
+        Key::from_material(&m[..])
+    }
+
+    fn seal(&self, plain: &[u8]) -> Option<Vec<u8>> {
+        // Room for the padding from the start: the buffer is encrypted in
+        // place and never reallocated, so no copy of the plaintext is left
+        // in freed memory. `encrypt` draws the IV from aws-lc's RNG.
+        let mut body = Vec::with_capacity(plain.len() + BLOCK_LEN);
+        body.extend_from_slice(plain);
+        let ctx = self.encrypt.encrypt(&mut body).ok()?;
+        let iv: &[u8] = (&ctx).try_into().ok()?;
+        let mut ticket = Vec::with_capacity(NAME_LEN + iv.len() + body.len() + TAG_LEN);
+        ticket.extend_from_slice(&self.name);
+        ticket.extend_from_slice(iv);
+        ticket.extend_from_slice(&body);
+        let tag = hmac::sign(&self.hmac, &ticket);
+        ticket.extend_from_slice(tag.as_ref());
+        Some(ticket)
+    }
+
+    /// Open a ticket whose name is this key's. The MAC is checked (in
+    /// constant time) before anything is decrypted, so the CBC padding
+    /// check never sees forged input.
+    fn open(&self, ticket: &[u8]) -> Option<Vec<u8>> {
+        if ticket.len() < MIN_TICKET_LEN {
+            return None;
+        }
+        let (signed, tag) = ticket.split_at(ticket.len() - TAG_LEN);
+        hmac::verify(&self.hmac, signed, tag).ok()?;
+        let (iv, body) = signed.get(NAME_LEN..)?.split_at(AES_CBC_IV_LEN);
+        if body.is_empty() || body.len() % BLOCK_LEN != 0 {
+            return None;
+        }
+        let iv: [u8; AES_CBC_IV_LEN] = iv.try_into().ok()?;
+        let mut buf = body.to_vec();
+        let ctx = DecryptionContext::Iv128(FixedLength::from(iv));
+        let plain_len = self.decrypt.decrypt(&mut buf, ctx).ok()?.len();
+        // The plaintext is the front of the buffer, the padding after it.
+        buf.truncate(plain_len);
+        Some(buf)
+    }
+}
+
+impl fmt::Debug for Key {
+    /// The name only: it travels in clear in every ticket anyway.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name: String = self.name.iter().map(|b| format!("{b:02x}")).collect();
+        f.debug_struct("Key").field("name", &name).finish()
+    }
+}
+
+/// Key files read and checked, ready for [`TicketKeys::install`].
+#[derive(Debug)]
+pub struct KeyFiles {
+    /// In the order given: the first encrypts.
+    keys: Vec<Key>,
+    /// When the first (encrypting) file was last written.
+    modified: Option<SystemTime>,
+}
+
+impl KeyFiles {
+    /// Read and check every file: 48 or 80 bytes each, no key name twice.
+    pub fn read(paths: &[PathBuf]) -> Result<KeyFiles, TicketKeyError> {
+        if paths.is_empty() {
+            return Err(TicketKeyError::NoFiles);
+        }
+        let mut keys: Vec<Key> = Vec::with_capacity(paths.len());
+        let mut modified = None;
+        for (i, path) in paths.iter().enumerate() {
+            let (material, mtime) = read_key_file(path)?;
+            let key = Key::from_material(&material)
+                .ok_or_else(|| TicketKeyError::Crypto { path: path.clone() })?;
+            if let Some(j) = keys.iter().position(|k| k.name == key.name) {
+                return Err(TicketKeyError::DuplicateName {
+                    first: paths[j].clone(),
+                    second: path.clone(),
+                });
+            }
+            if i == 0 {
+                modified = mtime;
+            }
+            keys.push(key);
+        }
+        Ok(KeyFiles { keys, modified })
+    }
+
+    fn same_keys(&self, other: &KeyFiles) -> bool {
+        self.keys.len() == other.keys.len()
+            && self
+                .keys
+                .iter()
+                .zip(&other.keys)
+                .all(|(a, b)| a.digest == b.digest)
+    }
+}
+
+/// A key file's bytes (in a buffer zeroized when dropped) and its mtime.
+fn read_key_file(path: &Path) -> Result<(Zeroizing<Vec<u8>>, Option<SystemTime>), TicketKeyError> {
+    let read_err = |source| TicketKeyError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = File::open(path).map_err(read_err)?;
+    let meta = file.metadata().map_err(read_err)?;
+    // The size comes from the metadata, not from reading: a device or a
+    // huge file given by mistake is refused without being read.
+    if !meta.is_file() {
+        return Err(TicketKeyError::NotAFile {
+            path: path.to_path_buf(),
+        });
+    }
+    let size = meta.len();
+    if size != 48 && size != 80 {
+        return Err(TicketKeyError::Size {
+            path: path.to_path_buf(),
+            size,
+        });
+    }
+    let mut buf = Zeroizing::new(vec![0u8; size as usize]);
+    // A file cut short or grown since the stat is being rewritten in place
+    // (a rotation script without rename): an error, never a partial key.
+    file.read_exact(&mut buf).map_err(read_err)?;
+    if file.read(&mut [0u8; 1]).map_err(read_err)? != 0 {
+        return Err(read_err(io::Error::other("the file grew while being read")));
+    }
+    Ok((buf, meta.modified().ok()))
+}
+
+/// Keys made at random, newest first: the first encrypts while younger
+/// than one period; each decrypts while younger than two.
+#[derive(Debug, Default)]
+struct Rotation {
+    keys: Vec<(Key, Instant)>,
+}
+
+impl Rotation {
+    fn encrypting(&self, now: Instant, period: Duration) -> Option<&(Key, Instant)> {
+        self.keys
+            .first()
+            .filter(|(_, made)| now.saturating_duration_since(*made) < period)
+    }
+
+    fn decrypting(&self, now: Instant, period: Duration) -> impl Iterator<Item = &Key> {
+        let window = period.saturating_mul(2);
+        self.keys
+            .iter()
+            .filter(move |(_, made)| now.saturating_duration_since(*made) < window)
+            .map(|(k, _)| k)
+    }
+
+    fn due(&self, now: Instant, period: Duration) -> bool {
+        self.encrypting(now, period).is_none()
+            || self.decrypting(now, period).count() < self.keys.len()
+    }
+
+    /// Make a new key if the current one has served its period, and erase
+    /// the keys past their window. Keys are made at least a period apart,
+    /// so at most two are ever inside the two-period window.
+    fn rotate(&mut self, now: Instant, period: Duration) {
+        if self.encrypting(now, period).is_none() {
+            // On an RNG failure no ticket is issued (rustls sends none and
+            // the handshake goes on) and the next operation tries again.
+            if let Some(key) = Key::generate() {
+                self.keys.insert(0, (key, now));
+            }
+        }
+        let window = period.saturating_mul(2);
+        self.keys
+            .retain(|(_, made)| now.saturating_duration_since(*made) < window);
+    }
+}
+
+#[derive(Debug)]
+enum Keys {
+    Files(KeyFiles),
+    Rotating(Rotation),
+}
+
+impl Keys {
+    fn due(&self, now: Instant, period: Duration) -> bool {
+        match self {
+            Keys::Files(_) => false,
+            Keys::Rotating(r) => r.due(now, period),
+        }
+    }
+
+    fn encrypting(&self, now: Instant, period: Duration) -> Option<&Key> {
+        match self {
+            Keys::Files(f) => f.keys.first(),
+            Keys::Rotating(r) => r.encrypting(now, period).map(|(k, _)| k),
+        }
+    }
+
+    fn find(&self, name: &[u8], now: Instant, period: Duration) -> Option<&Key> {
+        // Key names are public (in clear in every ticket): a plain
+        // comparison is fine here; the MAC check is the constant-time one.
+        match self {
+            Keys::Files(f) => f.keys.iter().find(|k| k.name == name),
+            Keys::Rotating(r) => r.decrypting(now, period).find(|k| k.name == name),
+        }
+    }
+}
+
+/// Reads the time; tests inject their own.
+type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
+
+/// What [`TicketKeys::reload`] and [`TicketKeys::install`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reload {
+    /// The same keys as before (file contents unchanged, or still rotating
+    /// in memory): every outstanding ticket still resumes.
+    Unchanged,
+    /// Different keys: tickets resume only under keys still present.
+    Replaced,
+}
+
+/// The session-ticket keys shared by all `ServerConfig`s (see the module
+/// documentation).
+pub struct TicketKeys {
+    keys: RwLock<Keys>,
+    /// The lifetime hint sent with tickets, and the rotation period of
+    /// in-memory keys.
+    period: Duration,
+    clock: Clock,
+}
+
+impl TicketKeys {
+    /// Keys from nginx-format key files: the first encrypts, all decrypt.
+    /// The lifetime hint is [`DEFAULT_ROTATION`]; see
+    /// [`with_lifetime`](Self::with_lifetime).
+    pub fn from_files(paths: &[PathBuf]) -> Result<Self, TicketKeyError> {
+        let files = KeyFiles::read(paths)?;
+        Ok(TicketKeys {
+            keys: RwLock::new(Keys::Files(files)),
+            period: DEFAULT_ROTATION,
+            clock: Arc::new(Instant::now),
+        })
+    }
+
+    /// Random keys rotated in memory every `period` (see
+    /// [`DEFAULT_ROTATION`] for the policy); the lifetime hint is `period`.
+    pub fn rotating(period: Duration) -> Self {
+        Self::rotating_with_clock(period, Arc::new(Instant::now))
+    }
+
+    fn rotating_with_clock(period: Duration, clock: Clock) -> Self {
+        // A zero period would make a key per ticket, each dead on arrival.
+        let period = period.max(Duration::from_secs(1));
+        let mut rotation = Rotation::default();
+        rotation.rotate(clock(), period);
+        TicketKeys {
+            keys: RwLock::new(Keys::Rotating(rotation)),
+            period,
+            clock,
+        }
+    }
+
+    /// Set the lifetime hint (for file keys: match it to how often the
+    /// files rotate, as nginx ties it to `ssl_session_timeout`). For
+    /// in-memory keys it is also the rotation period.
+    pub fn with_lifetime(mut self, lifetime: Duration) -> Self {
+        self.period = lifetime.max(Duration::from_secs(1));
+        self
+    }
+
+    /// Age of the key that encrypts now: since its file was last written
+    /// for file keys, since it was made for in-memory keys.
+    pub fn key_age(&self) -> Duration {
+        self.with_keys(|keys, now| match keys {
+            Keys::Files(f) => f
+                .modified
+                .and_then(|m| SystemTime::now().duration_since(m).ok())
+                .unwrap_or_default(),
+            Keys::Rotating(r) => r
+                .encrypting(now, self.period)
+                .map(|(_, made)| now.saturating_duration_since(*made))
+                .unwrap_or_default(),
+        })
+    }
+
+    /// How many keys decrypt now (the encrypting one included).
+    pub fn key_count(&self) -> usize {
+        self.with_keys(|keys, now| match keys {
+            Keys::Files(f) => f.keys.len(),
+            Keys::Rotating(r) => r.decrypting(now, self.period).count(),
+        })
+    }
+
+    /// For a config reload: read `paths` (none: keys rotated in memory)
+    /// and put them in place unless they are the keys already in use. On
+    /// an error the keys in use stay.
+    pub fn reload(&self, paths: &[PathBuf]) -> Result<Reload, TicketKeyError> {
+        let files = if paths.is_empty() {
+            None
+        } else {
+            Some(KeyFiles::read(paths)?)
+        };
+        Ok(self.install(files))
+    }
+
+    /// Put `files` in place (`None`: keys rotated in memory), unless they
+    /// are the keys already in use. Keys already rotating in memory are
+    /// kept, so a reload without files drops no ticket.
+    pub fn install(&self, files: Option<KeyFiles>) -> Reload {
+        let now = (self.clock)();
+        let mut keys = self.keys.write().unwrap_or_else(PoisonError::into_inner);
+        match (&mut *keys, files) {
+            (Keys::Rotating(_), None) => Reload::Unchanged,
+            (Keys::Files(old), Some(new)) if old.same_keys(&new) => {
+                // Rewritten with the same bytes: only the age changes.
+                old.modified = new.modified;
+                Reload::Unchanged
+            }
+            (_, Some(new)) => {
+                *keys = Keys::Files(new);
+                Reload::Replaced
+            }
+            (Keys::Files(_), None) => {
+                let mut rotation = Rotation::default();
+                rotation.rotate(now, self.period);
+                *keys = Keys::Rotating(rotation);
+                Reload::Replaced
+            }
+        }
+    }
+
+    /// Run `f` on the keys as of now, rotating first if it is time.
+    fn with_keys<R>(&self, f: impl FnOnce(&Keys, Instant) -> R) -> R {
+        let now = (self.clock)();
+        {
+            let keys = self.keys.read().unwrap_or_else(PoisonError::into_inner);
+            if !keys.due(now, self.period) {
+                return f(&keys, now);
+            }
+        }
+        let mut keys = self.keys.write().unwrap_or_else(PoisonError::into_inner);
+        if let Keys::Rotating(r) = &mut *keys {
+            r.rotate(now, self.period);
+        }
+        f(&keys, now)
+    }
+}
+
+impl ProducesTickets for TicketKeys {
+    fn enabled(&self) -> bool {
+        true
+    }
+
+    fn lifetime(&self) -> u32 {
+        // Whole seconds, at most RFC 8446's seven days.
+        self.period.as_secs().min(MAX_HINT_SECS) as u32
+    }
+
+    fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
+        self.with_keys(|keys, now| keys.encrypting(now, self.period)?.seal(plain))
+    }
+
+    fn decrypt(&self, ticket: &[u8]) -> Option<Vec<u8>> {
+        let name = ticket.get(..NAME_LEN)?;
+        self.with_keys(|keys, now| keys.find(name, now, self.period)?.open(ticket))
+    }
+}
+
+impl fmt::Debug for TicketKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let keys = self.keys.read().unwrap_or_else(PoisonError::into_inner);
+        f.debug_struct("TicketKeys")
+            .field("keys", &*keys)
+            .field("period", &self.period)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    fn random<const N: usize>() -> [u8; N] {
+        let mut b = [0u8; N];
+        rand::fill(&mut b).unwrap();
+        b
+    }
+
+    /// A key file with random material of `len` bytes.
+    fn key_file(dir: &Path, name: &str, len: usize) -> (PathBuf, Vec<u8>) {
+        let bytes: Vec<u8> = random::<80>()[..len.min(80)]
+            .iter()
+            .copied()
+            .chain(std::iter::repeat_n(7, len.saturating_sub(80)))
+            .collect();
+        let path = dir.join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        (path, bytes)
+    }
+
+    fn keys_from(paths: &[&PathBuf]) -> TicketKeys {
+        let paths: Vec<PathBuf> = paths.iter().map(|p| (*p).clone()).collect();
+        TicketKeys::from_files(&paths).unwrap()
+    }
+
+    #[test]
+    fn round_trip_80_and_48_byte_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        for len in [80, 48] {
+            let (path, _) = key_file(dir.path(), &format!("k{len}"), len);
+            let keys = keys_from(&[&path]);
+            for n in [0, 1, 15, 16, 17, 31, 32, 33, 100, 1000] {
+                let plain: Vec<u8> = (0..n).map(|i| i as u8).collect();
+                let ticket = keys.encrypt(&plain).unwrap();
+                // Name, IV, whole blocks of padded state, tag.
+                assert_eq!(ticket.len(), 16 + 16 + (n / 16 + 1) * 16 + 32);
+                assert_eq!(keys.decrypt(&ticket).unwrap(), plain, "{len}-byte key, {n}");
+            }
+            // A fresh IV every time.
+            assert_ne!(
+                keys.encrypt(b"same").unwrap(),
+                keys.encrypt(b"same").unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn any_tampered_byte_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _) = key_file(dir.path(), "k", 80);
+        let keys = keys_from(&[&path]);
+        let ticket = keys.encrypt(b"resumption state of some length").unwrap();
+        for i in 0..ticket.len() {
+            for bit in [0x01, 0x80] {
+                let mut t = ticket.clone();
+                t[i] ^= bit;
+                assert_eq!(keys.decrypt(&t), None, "byte {i} bit {bit:#x}");
+            }
+        }
+        // Cut short or extended.
+        assert_eq!(keys.decrypt(&ticket[..ticket.len() - 1]), None);
+        let mut longer = ticket.clone();
+        longer.push(0);
+        assert_eq!(keys.decrypt(&longer), None);
+        assert!(keys.decrypt(&ticket).is_some());
+    }
+
+    /// The ticket layout and the use of each part of the key file, checked
+    /// with aws-lc-rs directly: this is what makes a key file mean the same
+    /// thing here as in nginx.
+    #[test]
+    fn layout_matches_nginx_for_both_sizes() {
+        let dir = tempfile::tempdir().unwrap();
+        for (len, cipher, hmac_at, aes_at) in [
+            (80, &AES_256, 16..48, 48..80),
+            (48, &AES_128, 32..48, 16..32),
+        ] {
+            let (path, bytes) = key_file(dir.path(), &format!("k{len}"), len);
+            let ticket = keys_from(&[&path]).encrypt(b"hello, nginx").unwrap();
+            assert_eq!(ticket[..16], bytes[..16], "key name first");
+            let (signed, tag) = ticket.split_at(ticket.len() - 32);
+            let mac = hmac::Key::new(hmac::HMAC_SHA256, &bytes[hmac_at]);
+            hmac::verify(&mac, signed, tag).expect("HMAC-SHA256 over name, IV and ciphertext");
+            let aes = UnboundCipherKey::new(cipher, &bytes[aes_at]).unwrap();
+            let dec = PaddedBlockDecryptingKey::cbc_pkcs7(aes).unwrap();
+            let iv: [u8; 16] = signed[16..32].try_into().unwrap();
+            let mut body = signed[32..].to_vec();
+            let plain = dec
+                .decrypt(&mut body, DecryptionContext::Iv128(FixedLength::from(iv)))
+                .unwrap();
+            assert_eq!(plain, b"hello, nginx");
+        }
+    }
+
+    #[test]
+    fn first_key_encrypts_and_all_decrypt() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, a_bytes) = key_file(dir.path(), "a", 80);
+        let (b, b_bytes) = key_file(dir.path(), "b", 48);
+        let (c, _) = key_file(dir.path(), "c", 80);
+        let ab = keys_from(&[&a, &b]);
+        assert_eq!(ab.encrypt(b"x").unwrap()[..16], a_bytes[..16]);
+        assert_eq!(ab.key_count(), 2);
+
+        let from_b = keys_from(&[&b]).encrypt(b"made under b").unwrap();
+        assert_eq!(from_b[..16], b_bytes[..16]);
+        assert_eq!(ab.decrypt(&from_b).unwrap(), b"made under b");
+        // The order of the decrypting keys does not matter.
+        assert!(keys_from(&[&c, &a, &b]).decrypt(&from_b).is_some());
+        // Without b: refused.
+        assert_eq!(keys_from(&[&a]).decrypt(&from_b), None);
+        assert_eq!(keys_from(&[&a, &c]).decrypt(&from_b), None);
+    }
+
+    #[test]
+    fn bad_files_are_named_with_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        for len in [0, 1, 47, 49, 64, 79, 81, 96, 160] {
+            let (path, _) = key_file(dir.path(), &format!("bad{len}"), len);
+            let err = TicketKeys::from_files(std::slice::from_ref(&path)).unwrap_err();
+            assert!(
+                matches!(&err, TicketKeyError::Size { path: p, size } if *p == path && *size == len as u64),
+                "{err:?}"
+            );
+            let msg = err.to_string();
+            assert!(msg.contains(&path.display().to_string()), "{msg}");
+            assert!(
+                msg.contains(&format!("has {len} bytes, expected 48 or 80")),
+                "{msg}"
+            );
+            assert!(msg.contains("openssl rand 80 >"), "{msg}");
+        }
+
+        let missing = dir.path().join("missing");
+        let err = TicketKeys::from_files(std::slice::from_ref(&missing)).unwrap_err();
+        assert!(matches!(&err, TicketKeyError::Read { path, .. } if *path == missing));
+        assert!(err.to_string().contains("missing"));
+        assert!(err.to_string().contains("openssl rand 80 >"));
+
+        let err = TicketKeys::from_files(&[dir.path().to_path_buf()]).unwrap_err();
+        assert!(matches!(err, TicketKeyError::NotAFile { .. }), "{err:?}");
+
+        assert!(matches!(
+            TicketKeys::from_files(&[]),
+            Err(TicketKeyError::NoFiles)
+        ));
+
+        // A good file, then a copy of it under another name, then a third.
+        let (a, a_bytes) = key_file(dir.path(), "a", 80);
+        let (b, _) = key_file(dir.path(), "b", 80);
+        let copy = dir.path().join("copy");
+        std::fs::write(&copy, &a_bytes).unwrap();
+        let err = TicketKeys::from_files(&[a.clone(), b, copy.clone()]).unwrap_err();
+        assert!(
+            matches!(&err, TicketKeyError::DuplicateName { first, second } if *first == a && *second == copy),
+            "{err:?}"
+        );
+        let msg = err.to_string();
+        assert!(msg.contains("/a ") && msg.contains("/copy "), "{msg}");
+        assert!(msg.contains("openssl rand 80 >"), "{msg}");
+        // The same name with other keys behind it is a duplicate too.
+        let mut renamed = random::<48>().to_vec();
+        renamed[..16].copy_from_slice(&a_bytes[..16]);
+        std::fs::write(&copy, &renamed).unwrap();
+        assert!(matches!(
+            TicketKeys::from_files(&[a, copy]),
+            Err(TicketKeyError::DuplicateName { .. })
+        ));
+    }
+
+    /// A clock the test moves by hand.
+    fn test_clock() -> (Clock, Arc<Mutex<Instant>>) {
+        let now = Arc::new(Mutex::new(Instant::now()));
+        let reader = now.clone();
+        (Arc::new(move || *reader.lock().unwrap()), now)
+    }
+
+    #[test]
+    fn rotation_keeps_a_key_one_period_after_it_stops_encrypting() {
+        let period = Duration::from_secs(3600);
+        let (clock, now) = test_clock();
+        let advance = |d: Duration| *now.lock().unwrap() += d;
+        let keys = TicketKeys::rotating_with_clock(period, clock);
+        assert_eq!(keys.lifetime(), 3600);
+        assert_eq!(keys.key_count(), 1);
+
+        let first = keys.encrypt(b"first").unwrap();
+        advance(period - Duration::from_secs(1));
+        assert_eq!(keys.key_age(), period - Duration::from_secs(1));
+        let also_first = keys.encrypt(b"also first").unwrap();
+        assert_eq!(first[..16], also_first[..16], "same key within the period");
+        assert_eq!(keys.key_count(), 1);
+
+        // One period on: a new key encrypts, the old one still decrypts.
+        advance(Duration::from_secs(1));
+        let second = keys.encrypt(b"second").unwrap();
+        assert_ne!(first[..16], second[..16]);
+        assert_eq!(keys.key_age(), Duration::ZERO);
+        assert_eq!(keys.key_count(), 2);
+        assert_eq!(keys.decrypt(&first).unwrap(), b"first");
+
+        // Just inside two periods of the first key: still accepted.
+        advance(period - Duration::from_secs(1));
+        assert_eq!(keys.decrypt(&first).unwrap(), b"first");
+        assert_eq!(keys.decrypt(&also_first).unwrap(), b"also first");
+
+        // Two periods: the first key is erased, the second still works.
+        advance(Duration::from_secs(1));
+        assert_eq!(keys.decrypt(&first), None);
+        assert_eq!(keys.decrypt(&also_first), None);
+        assert_eq!(keys.decrypt(&second).unwrap(), b"second");
+
+        // Idle for a long time: nothing old is accepted; one fresh key.
+        advance(period * 10);
+        assert_eq!(keys.decrypt(&second), None);
+        assert_eq!(keys.key_count(), 1);
+        let third = keys.encrypt(b"third").unwrap();
+        assert_eq!(keys.decrypt(&third).unwrap(), b"third");
+    }
+
+    #[test]
+    fn lifetime_hint_is_the_period_capped_at_seven_days() {
+        assert_eq!(TicketKeys::rotating(DEFAULT_ROTATION).lifetime(), 6 * 3600);
+        let long = TicketKeys::rotating(Duration::from_secs(30 * 24 * 3600));
+        assert_eq!(long.lifetime(), 7 * 24 * 3600);
+        assert_eq!(TicketKeys::rotating(Duration::ZERO).lifetime(), 1);
+        assert!(TicketKeys::rotating(DEFAULT_ROTATION).enabled());
+        let dir = tempfile::tempdir().unwrap();
+        let (a, _) = key_file(dir.path(), "a", 80);
+        let keys = keys_from(&[&a]);
+        assert_eq!(keys.lifetime(), 6 * 3600);
+        assert_eq!(keys.with_lifetime(Duration::from_secs(300)).lifetime(), 300);
+    }
+
+    #[test]
+    fn file_key_age_is_the_first_files_age() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, _) = key_file(dir.path(), "a", 80);
+        let (b, _) = key_file(dir.path(), "b", 80);
+        let day_ago = SystemTime::now() - Duration::from_secs(86_400);
+        File::options()
+            .write(true)
+            .open(&a)
+            .unwrap()
+            .set_modified(day_ago)
+            .unwrap();
+        let age = keys_from(&[&a, &b]).key_age();
+        assert!(age >= Duration::from_secs(86_400) && age < Duration::from_secs(86_500));
+        assert!(keys_from(&[&b, &a]).key_age() < Duration::from_secs(100));
+    }
+
+    #[test]
+    fn reload_swaps_only_changed_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, _) = key_file(dir.path(), "a", 80);
+        let (b, _) = key_file(dir.path(), "b", 80);
+        let keys = keys_from(&[&a]);
+        let old = keys.encrypt(b"before").unwrap();
+
+        assert_eq!(
+            keys.reload(std::slice::from_ref(&a)).unwrap(),
+            Reload::Unchanged
+        );
+        // Rotation as operators do it: the new key first, the old after.
+        assert_eq!(
+            keys.reload(&[b.clone(), a.clone()]).unwrap(),
+            Reload::Replaced
+        );
+        assert_eq!(keys.decrypt(&old).unwrap(), b"before");
+        let new = keys.encrypt(b"after").unwrap();
+        assert_ne!(new[..16], old[..16]);
+
+        // A bad file: an error, and the keys in use stay.
+        std::fs::write(&a, b"short").unwrap();
+        assert!(matches!(
+            keys.reload(&[b.clone(), a.clone()]),
+            Err(TicketKeyError::Size { size: 5, .. })
+        ));
+        assert_eq!(keys.key_count(), 2);
+        assert_eq!(keys.decrypt(&old).unwrap(), b"before");
+
+        // Old key dropped from the list: its tickets stop resuming.
+        assert_eq!(
+            keys.reload(std::slice::from_ref(&b)).unwrap(),
+            Reload::Replaced
+        );
+        assert_eq!(keys.decrypt(&old), None);
+        assert!(keys.decrypt(&new).is_some());
+
+        // No files: keys rotating in memory; a second reload keeps them.
+        assert_eq!(keys.reload(&[]).unwrap(), Reload::Replaced);
+        assert_eq!(keys.decrypt(&new), None);
+        let mem = keys.encrypt(b"in memory").unwrap();
+        assert_eq!(keys.reload(&[]).unwrap(), Reload::Unchanged);
+        assert_eq!(keys.decrypt(&mem).unwrap(), b"in memory");
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, a_bytes) = key_file(dir.path(), "a", 80);
+        let (b, _) = key_file(dir.path(), "b", 48);
+        let files = keys_from(&[&a, &b]);
+        let rotating = TicketKeys::rotating(DEFAULT_ROTATION);
+        let valid = files.encrypt(b"some state").unwrap();
+        for keys in [&files, &rotating] {
+            for len in 0..200 {
+                for _ in 0..20 {
+                    let mut t = vec![0u8; len];
+                    rand::fill(&mut t).unwrap();
+                    assert_eq!(keys.decrypt(&t), None);
+                    // With a known key name, so the MAC check is reached.
+                    let n = len.min(16);
+                    t[..n].copy_from_slice(&a_bytes[..n]);
+                    assert_eq!(keys.decrypt(&t), None);
+                }
+            }
+            for cut in 0..valid.len() {
+                assert_eq!(keys.decrypt(&valid[..cut]), None);
+            }
+        }
+    }
+
+    #[test]
+    fn debug_shows_no_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, a_bytes) = key_file(dir.path(), "a", 80);
+        let shown = format!("{:?}", keys_from(&[&a]));
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        assert!(shown.contains(&hex(&a_bytes[..16])), "{shown}");
+        assert!(!shown.contains(&hex(&a_bytes[16..24])), "{shown}");
+        assert!(!shown.contains(&hex(&a_bytes[48..56])), "{shown}");
+        assert!(format!("{:?}", TicketKeys::rotating(DEFAULT_ROTATION)).contains("Rotating"));
+    }
+
+    /// Resumption across two rustls servers, driven in memory.
+    mod rustls_e2e {
+        use super::*;
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        use rustls::{
+            ClientConfig, ClientConnection, Connection, HandshakeKind, ServerConfig,
+            ServerConnection, SupportedProtocolVersion,
+        };
+
+        struct Identity {
+            chain: Vec<CertificateDer<'static>>,
+            key: PrivateKeyDer<'static>,
+        }
+
+        fn identity() -> Identity {
+            let (cert, key) = crate::config::cert::self_signed().unwrap();
+            Identity {
+                chain: vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()],
+                key: PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            }
+        }
+
+        fn server(id: &Identity, keys: &Arc<TicketKeys>) -> Arc<ServerConfig> {
+            let mut cfg = ServerConfig::builder_with_provider(Arc::new(crate::tls::provider()))
+                .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(id.chain.clone(), id.key.clone_key())
+                .unwrap();
+            cfg.ticketer = keys.clone();
+            Arc::new(cfg)
+        }
+
+        fn client(id: &Identity, version: &'static SupportedProtocolVersion) -> Arc<ClientConfig> {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(id.chain[0].clone()).unwrap();
+            Arc::new(
+                ClientConfig::builder_with_provider(Arc::new(crate::tls::provider()))
+                    .with_protocol_versions(&[version])
+                    .unwrap()
+                    .with_root_certificates(roots)
+                    .with_no_client_auth(),
+            )
+        }
+
+        /// Move everything `from` has to send into `to`; false if nothing.
+        fn transfer(from: &mut Connection, to: &mut Connection) -> bool {
+            let mut buf = Vec::new();
+            while from.wants_write() {
+                from.write_tls(&mut buf).unwrap();
+            }
+            let mut rest = &buf[..];
+            while !rest.is_empty() {
+                to.read_tls(&mut rest).unwrap();
+                to.process_new_packets().unwrap();
+            }
+            !buf.is_empty()
+        }
+
+        /// A whole handshake, the TLS 1.3 tickets after it included; how
+        /// the server saw it.
+        fn connect(client: &Arc<ClientConfig>, server: &Arc<ServerConfig>) -> HandshakeKind {
+            let name = "localhost".try_into().unwrap();
+            let mut c = Connection::Client(ClientConnection::new(client.clone(), name).unwrap());
+            let mut s = Connection::Server(ServerConnection::new(server.clone()).unwrap());
+            for _ in 0..10 {
+                let sent = transfer(&mut c, &mut s);
+                let answered = transfer(&mut s, &mut c);
+                if !sent && !answered {
+                    break;
+                }
+            }
+            assert!(!c.is_handshaking() && !s.is_handshaking());
+            s.handshake_kind().unwrap()
+        }
+
+        #[test]
+        fn a_session_from_one_server_resumes_on_another_with_the_same_key_files() {
+            let dir = tempfile::tempdir().unwrap();
+            let (new, _) = key_file(dir.path(), "new", 80);
+            let (old, _) = key_file(dir.path(), "old", 48);
+            let (other, _) = key_file(dir.path(), "other", 80);
+            let id = identity();
+            let paths = [new.clone(), old.clone()];
+            // Two processes, each reading the same files.
+            let a = server(&id, &Arc::new(TicketKeys::from_files(&paths).unwrap()));
+            let b = server(&id, &Arc::new(TicketKeys::from_files(&paths).unwrap()));
+            let c = server(&id, &Arc::new(keys_from(&[&other])));
+            // A server that still encrypts with the old key (not yet
+            // rotated) is also resumed from by B, which lists it second.
+            let behind = server(&id, &Arc::new(keys_from(&[&old])));
+
+            for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+                let cl = client(&id, version);
+                assert_eq!(connect(&cl, &a), HandshakeKind::Full, "{version:?}");
+                assert_eq!(connect(&cl, &b), HandshakeKind::Resumed, "{version:?}");
+
+                let cl = client(&id, version);
+                assert_eq!(connect(&cl, &behind), HandshakeKind::Full, "{version:?}");
+                assert_eq!(connect(&cl, &b), HandshakeKind::Resumed, "{version:?}");
+
+                let cl = client(&id, version);
+                assert_eq!(connect(&cl, &a), HandshakeKind::Full, "{version:?}");
+                assert_eq!(connect(&cl, &c), HandshakeKind::Full, "{version:?}");
+            }
+        }
+
+        #[test]
+        fn rotating_keys_resume_across_configs_sharing_the_ticketer() {
+            // What a config reload does: a new ServerConfig, the same
+            // ticketer object.
+            let id = identity();
+            let keys = Arc::new(TicketKeys::rotating(DEFAULT_ROTATION));
+            let before = server(&id, &keys);
+            let after = server(&id, &keys);
+            let elsewhere = server(&id, &Arc::new(TicketKeys::rotating(DEFAULT_ROTATION)));
+            for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+                let cl = client(&id, version);
+                assert_eq!(connect(&cl, &before), HandshakeKind::Full);
+                assert_eq!(keys.reload(&[]).unwrap(), Reload::Unchanged);
+                assert_eq!(connect(&cl, &after), HandshakeKind::Resumed, "{version:?}");
+                let cl = client(&id, version);
+                assert_eq!(connect(&cl, &before), HandshakeKind::Full);
+                assert_eq!(connect(&cl, &elsewhere), HandshakeKind::Full, "{version:?}");
+            }
+        }
+    }
+}
