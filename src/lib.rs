@@ -7,8 +7,10 @@
 //! [`ktls`] (the kernel handoff and kTLS sockets), [`http`] (requests and
 //! responses), [`files`] (the document root), [`server`] (workers and
 //! connections), [`proxy`] (TLS termination for TCP backends),
-//! [`config`], [`metrics`], [`privileges`] (running as another user).
+//! [`config`], [`metrics`], [`privileges`] (running as another user),
+//! [`acme`] (certificates from an ACME CA, answered with TLS-ALPN-01).
 
+pub mod acme;
 pub mod bench;
 pub mod check;
 pub mod cli;

@@ -1,0 +1,168 @@
+//! TLS-ALPN-01 (RFC 8737): the challenge certificates being answered and the
+//! rustls server configuration that presents them. The listener that accepts
+//! port 443 owns the socket; this module only decides what a ClientHello
+//! offering "acme-tls/1" gets to see.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use rcgen::{CertificateParams, CustomExtension, DistinguishedName, KeyPair};
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::server::{ClientHello, NoServerSessionStorage, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+use super::AcmeError;
+
+/// The ALPN protocol a CA's validator offers, and the only one a challenge
+/// connection may negotiate (RFC 8737 section 3).
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
+/// Does this ClientHello come from a TLS-ALPN-01 validator? The listener
+/// asks this (e.g. from a `LazyConfigAcceptor`) to pick
+/// [`Challenges::server_config`] over its normal configuration.
+pub fn is_challenge_hello(hello: &ClientHello<'_>) -> bool {
+    hello
+        .alpn()
+        .is_some_and(|mut protocols| protocols.any(|p| p == ACME_TLS_ALPN))
+}
+
+/// TLS-ALPN-01 challenge certificates being answered, shared with the
+/// listener: cloning shares the same set. Keyed by the lowercased DNS name
+/// being validated.
+#[derive(Clone, Default)]
+pub struct Challenges {
+    // A std lock: held only to copy an Arc in or out, never across an await.
+    inner: Arc<RwLock<HashMap<String, Arc<CertifiedKey>>>>,
+}
+
+impl std::fmt::Debug for Challenges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<String> = self.read().keys().cloned().collect();
+        f.debug_struct("Challenges").field("names", &names).finish()
+    }
+}
+
+impl Challenges {
+    /// The challenge certificate for this SNI, if one is being answered.
+    pub fn get(&self, sni: &str) -> Option<Arc<CertifiedKey>> {
+        self.read().get(&sni.to_ascii_lowercase()).cloned()
+    }
+
+    /// Names with a challenge certificate up right now.
+    pub fn names(&self) -> Vec<String> {
+        self.read().keys().cloned().collect()
+    }
+
+    /// A rustls `ServerConfig` that answers "acme-tls/1" ClientHellos with
+    /// the challenge certificate for their SNI, built on `provider`. It
+    /// negotiates ALPN "acme-tls/1" only and resumes nothing (no session
+    /// cache, no tickets): a validator connects once per challenge, and a
+    /// resumed session would present no certificate at all.
+    ///
+    /// Errs only if `provider` supports none of TLS 1.2 and 1.3.
+    pub fn server_config(
+        &self,
+        provider: Arc<rustls::crypto::CryptoProvider>,
+    ) -> Result<Arc<rustls::ServerConfig>, AcmeError> {
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| AcmeError::Tls {
+                detail: e.to_string(),
+            })?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(Resolver(self.clone())));
+        config.alpn_protocols = vec![ACME_TLS_ALPN.to_vec()];
+        config.session_storage = Arc::new(NoServerSessionStorage {});
+        config.send_tls13_tickets = 0;
+        // The default ticketer already issues no tickets; say so anyway.
+        config.ticketer = Arc::new(NoTickets);
+        Ok(Arc::new(config))
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<CertifiedKey>>> {
+        // A panic elsewhere while holding the lock leaves the map intact
+        // (every write is one insert or remove): keep serving it.
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<CertifiedKey>>> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Put up a challenge certificate until the returned guard is dropped,
+    /// so that every exit from `obtain` (errors included) takes it down.
+    pub(crate) fn answer(&self, name: &str, key: Arc<CertifiedKey>) -> Answering {
+        let name = name.to_ascii_lowercase();
+        self.write().insert(name.clone(), key);
+        Answering {
+            challenges: self.clone(),
+            name,
+        }
+    }
+}
+
+/// A challenge certificate that is up; dropping this takes it down.
+pub(crate) struct Answering {
+    challenges: Challenges,
+    name: String,
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.challenges.write().remove(&self.name);
+    }
+}
+
+#[derive(Debug)]
+struct Resolver(Challenges);
+
+impl ResolvesServerCert for Resolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        // A client that did not offer acme-tls/1 must never see a challenge
+        // certificate (RFC 8737 section 3): fail its handshake instead.
+        if !is_challenge_hello(&hello) {
+            return None;
+        }
+        self.0.get(hello.server_name()?)
+    }
+}
+
+#[derive(Debug)]
+struct NoTickets;
+
+impl rustls::server::ProducesTickets for NoTickets {
+    fn enabled(&self) -> bool {
+        false
+    }
+    fn lifetime(&self) -> u32 {
+        0
+    }
+    fn encrypt(&self, _plain: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+    fn decrypt(&self, _cipher: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+}
+
+/// The self-signed certificate RFC 8737 asks for: the one DNS name as its
+/// only SAN and the critical acmeIdentifier extension holding the SHA-256
+/// of the key authorization. A fresh P-256 key each time: nothing else is
+/// ever signed with it.
+pub(crate) fn challenge_key(name: &str, digest: &[u8]) -> Result<Arc<CertifiedKey>, AcmeError> {
+    let fail = |e: &dyn std::fmt::Display| AcmeError::Key {
+        what: format!("the TLS-ALPN-01 certificate for {name}"),
+        detail: e.to_string(),
+    };
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| fail(&e))?;
+    let mut params = CertificateParams::new(vec![name.to_string()]).map_err(|e| fail(&e))?;
+    params.distinguished_name = DistinguishedName::new();
+    params.custom_extensions = vec![CustomExtension::new_acme_identifier(digest)];
+    let cert = params.self_signed(&key).map_err(|e| fail(&e))?;
+    let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    let signer = rustls::crypto::aws_lc_rs::sign::any_ecdsa_type(&der).map_err(|e| fail(&e))?;
+    Ok(Arc::new(CertifiedKey::new(
+        vec![cert.der().clone()],
+        signer,
+    )))
+}

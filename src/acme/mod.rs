@@ -1,0 +1,900 @@
+//! ACME (RFC 8555) certificates: the account, orders answered with
+//! TLS-ALPN-01 (RFC 8737), issuance, storage on disk, renewal timing and
+//! revocation. The protocol itself is instant-acme's; this module owns the
+//! policy around it: where things live in `state_dir`, which challenge is
+//! answered and how, and what an operator is told when something fails.
+//!
+//! It runs on any tokio runtime, the workers' current-thread ones included:
+//! the HTTP client (`client`) spawns its connection tasks onto the runtime
+//! that awaits [`obtain`], and the challenge listener only reads
+//! [`Challenges`], which needs no runtime at all.
+//!
+//! On disk, under `state_dir`:
+//! - `account-<hash of the directory URL>.json` (0600): the account key and
+//!   URL, one per CA, so switching from a staging CA to production does not
+//!   lose either account;
+//! - `certs/<first name>/fullchain.pem` and `key.pem` (0600): the last
+//!   certificate issued for that name list. Each file is replaced whole
+//!   (temporary file, fsync, rename), the key first; [`load_stored`] checks
+//!   that the two still belong together, so a crash between the renames
+//!   reads as "nothing stored" and is repaired by the next issuance.
+
+mod challenge;
+mod client;
+
+pub use challenge::{is_challenge_hello, Challenges, ACME_TLS_ALPN};
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use instant_acme::{
+    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
+    NewOrder, OrderStatus, Problem, RetryPolicy, RevocationRequest,
+};
+use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, PublicKeyData};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
+
+/// Let's Encrypt's production directory.
+pub const LETS_ENCRYPT_PRODUCTION: &str = "https://acme-v02.api.letsencrypt.org/directory";
+
+/// Where the CA is and where our account and certificates live.
+#[derive(Clone, Debug)]
+pub struct AcmeSettings {
+    /// The CA's ACME directory URL.
+    pub directory: String,
+    /// Contact URIs for the account ("mailto:..."); may be empty.
+    pub contact: Vec<String>,
+    /// The account and the certificates live here (created 0700).
+    pub state_dir: PathBuf,
+    /// A PEM file of extra CA roots to trust for the directory's HTTPS (a
+    /// private or test CA, e.g. pebble's); webpki-roots are always trusted.
+    pub extra_roots: Option<PathBuf>,
+}
+
+impl AcmeSettings {
+    /// Let's Encrypt production, no contact, state in `state_dir`.
+    pub fn new(state_dir: impl Into<PathBuf>) -> AcmeSettings {
+        AcmeSettings {
+            directory: LETS_ENCRYPT_PRODUCTION.to_string(),
+            contact: Vec::new(),
+            state_dir: state_dir.into(),
+            extra_roots: None,
+        }
+    }
+}
+
+/// A certificate chain and its key, as issued (or stored).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Issued {
+    /// Leaf first, then the intermediates, PEM.
+    pub chain_pem: String,
+    /// The leaf's private key, PKCS#8 PEM.
+    pub key_pem: String,
+    /// The leaf's validity.
+    pub not_before: SystemTime,
+    pub not_after: SystemTime,
+}
+
+// By hand: a derived Debug would print the private key into logs.
+impl std::fmt::Debug for Issued {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Issued")
+            .field("chain_pem", &format_args!("{} bytes", self.chain_pem.len()))
+            .field("key_pem", &"<redacted>")
+            .field("not_before", &self.not_before)
+            .field("not_after", &self.not_after)
+            .finish()
+    }
+}
+
+/// What went wrong, for an operator: what failed, with what, and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum AcmeError {
+    #[error("no names to obtain a certificate for: give at least one DNS name")]
+    NoNames,
+    #[error("{name:?} cannot be in an ACME certificate obtained with TLS-ALPN-01: {reason}")]
+    BadName { name: String, reason: &'static str },
+    #[error("could not {action} {}: {source}; check that the ACME state directory is writable by this user", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the extra ACME roots file {}: {detail}; give a PEM file of CA certificates", path.display())]
+    Roots { path: PathBuf, detail: String },
+    #[error("could not build the TLS configuration: {detail}")]
+    Tls { detail: String },
+    #[error("could not read the ACME directory {url}: {detail}; check the URL, that this host reaches it, and (for a private CA) extra_roots")]
+    Directory { url: String, detail: String },
+    #[error("the ACME CA at {url} did not create an account: {detail}; check the contact addresses and the CA's terms")]
+    Account { url: String, detail: String },
+    #[error("the stored ACME account {} is unusable: {detail}; move it away and a new account is registered", path.display())]
+    AccountFile { path: PathBuf, detail: String },
+    #[error("no ACME account for {url} in {}: only the account that obtained a certificate can revoke it", path.display())]
+    NoAccount { url: String, path: PathBuf },
+    #[error("the ACME CA at {url} refused an order for {names}: {detail}")]
+    Order {
+        url: String,
+        names: String,
+        detail: String,
+    },
+    #[error("the ACME CA offers no TLS-ALPN-01 challenge for {name} (it offers: {offered}); this client answers TLS-ALPN-01 only")]
+    NoTlsAlpn { name: String, offered: String },
+    #[error("the ACME CA could not validate {name} with TLS-ALPN-01: {detail}; check that {name} resolves to this server, that its port 443 reaches this listener, and that nothing in front of it terminates TLS")]
+    Challenge { name: String, detail: String },
+    #[error("the ACME CA did not issue the certificate for {names}: {detail}")]
+    Issue { names: String, detail: String },
+    #[error("could not make {what}: {detail}")]
+    Key { what: String, detail: String },
+    #[error("{what} is unusable: {detail}")]
+    BadCertificate { what: String, detail: String },
+    #[error("the ACME CA at {url} did not revoke the certificate with serial {serial}: {detail}")]
+    Revoke {
+        url: String,
+        serial: String,
+        detail: String,
+    },
+    #[error(
+        "{what} took longer than {secs} s at {url}; the CA is slow or unreachable: try again later"
+    )]
+    Timeout {
+        what: String,
+        url: String,
+        secs: u64,
+    },
+}
+
+/// The longest `obtain` may take as a whole: every step has its own bound
+/// too (requests 30 s, validation and issuance polls 90 s each), this
+/// catches whatever those do not, such as a body that never ends.
+const OBTAIN_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long to wait for the CA to validate, and then to issue.
+const POLL_TIMEOUT: Duration = Duration::from_secs(90);
+
+fn poll_policy() -> RetryPolicy {
+    // Validation is usually done in well under a second; start polling soon
+    // and back off gently so a slow CA is not hammered.
+    RetryPolicy::new()
+        .initial_delay(Duration::from_millis(250))
+        .backoff(1.5)
+        .timeout(POLL_TIMEOUT)
+}
+
+/// Obtain a certificate for `names` (the first one names its directory
+/// under `state_dir/certs`): the account from `state_dir` (registered and
+/// saved 0600 on first use), an order for `names`, TLS-ALPN-01 answered
+/// through `challenges`, finalized with a fresh ECDSA P-256 key, the chain
+/// downloaded and stored atomically. Challenge certificates are taken down
+/// again whatever the outcome.
+pub async fn obtain(
+    settings: &AcmeSettings,
+    names: &[String],
+    challenges: &Challenges,
+) -> Result<Issued, AcmeError> {
+    let names = normalize(names)?;
+    match tokio::time::timeout(OBTAIN_TIMEOUT, obtain_names(settings, &names, challenges)).await {
+        Ok(result) => result,
+        Err(_) => Err(AcmeError::Timeout {
+            what: format!("obtaining a certificate for {}", names.join(", ")),
+            url: settings.directory.clone(),
+            secs: OBTAIN_TIMEOUT.as_secs(),
+        }),
+    }
+}
+
+async fn obtain_names(
+    settings: &AcmeSettings,
+    names: &[String],
+    challenges: &Challenges,
+) -> Result<Issued, AcmeError> {
+    let listed = names.join(", ");
+    let identifiers: Vec<Identifier> = names.iter().cloned().map(Identifier::Dns).collect();
+    let order_error = |detail: String| AcmeError::Order {
+        url: settings.directory.clone(),
+        names: listed.clone(),
+        detail,
+    };
+
+    let (account, created) = account(settings, true).await?;
+    let mut order = match account.new_order(&NewOrder::new(&identifiers)).await {
+        // The CA forgot the stored account (a test CA restarted, or it was
+        // deactivated elsewhere): register anew, once.
+        Err(instant_acme::Error::Api(p)) if !created && is_problem(&p, "accountDoesNotExist") => {
+            tracing::warn!(directory = %settings.directory, "the ACME CA no longer knows the stored account: registering a new one");
+            let http = client::AcmeHttp::new(settings.extra_roots.as_deref())?;
+            let account = register(settings, http).await?;
+            account.new_order(&NewOrder::new(&identifiers)).await
+        }
+        other => other,
+    }
+    .map_err(|e| order_error(describe(&e)))?;
+
+    // Put up a challenge certificate for each name the CA wants proven; the
+    // guards take them down when this function returns, however it does.
+    let mut answering = Vec::new();
+    let mut authorizations = order.authorizations();
+    while let Some(authorization) = authorizations.next().await {
+        let mut authorization = authorization.map_err(|e| order_error(describe(&e)))?;
+        let name = authorization.identifier().to_string();
+        match authorization.status {
+            AuthorizationStatus::Pending => {}
+            // Proven recently enough that the CA reuses it.
+            AuthorizationStatus::Valid => continue,
+            status => {
+                return Err(AcmeError::Challenge {
+                    name,
+                    detail: format!("its authorization is {status:?}, not pending"),
+                })
+            }
+        }
+        let offered = offered(&authorization.challenges);
+        let Some(mut challenge) = authorization.challenge(ChallengeType::TlsAlpn01) else {
+            return Err(AcmeError::NoTlsAlpn { name, offered });
+        };
+        let digest = challenge.key_authorization().digest();
+        let key = challenge::challenge_key(&name, digest.as_ref())?;
+        answering.push(challenges.answer(&name, key));
+        challenge
+            .set_ready()
+            .await
+            .map_err(|e| AcmeError::Challenge {
+                name: name.clone(),
+                detail: describe(&e),
+            })?;
+    }
+
+    match order.poll_ready(&poll_policy()).await {
+        Ok(OrderStatus::Ready) => {}
+        Ok(_) | Err(instant_acme::Error::Api(_)) => {
+            return Err(why_invalid(&mut order, &listed).await)
+        }
+        Err(instant_acme::Error::Timeout(_)) => {
+            return Err(AcmeError::Timeout {
+                what: format!("validating {listed}"),
+                url: settings.directory.clone(),
+                secs: POLL_TIMEOUT.as_secs(),
+            })
+        }
+        Err(e) => return Err(order_error(describe(&e))),
+    }
+    drop(answering);
+
+    // The certificate's key: fresh for every issuance, so a renewal never
+    // prolongs the life of a key that may have leaked.
+    let key =
+        KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| AcmeError::Key {
+            what: format!("the key for {listed}"),
+            detail: e.to_string(),
+        })?;
+    let csr = CertificateParams::new(names.to_vec())
+        .and_then(|mut params| {
+            params.distinguished_name = DistinguishedName::new();
+            params.serialize_request(&key)
+        })
+        .map_err(|e| AcmeError::Key {
+            what: format!("the certificate request for {listed}"),
+            detail: e.to_string(),
+        })?;
+    let issue_error = |detail: String| AcmeError::Issue {
+        names: listed.clone(),
+        detail,
+    };
+    order
+        .finalize_csr(csr.der())
+        .await
+        .map_err(|e| issue_error(describe(&e)))?;
+    let chain_pem = match order.poll_certificate(&poll_policy()).await {
+        Ok(chain) => chain,
+        Err(instant_acme::Error::Timeout(_)) => {
+            return Err(AcmeError::Timeout {
+                what: format!("issuing the certificate for {listed}"),
+                url: settings.directory.clone(),
+                secs: POLL_TIMEOUT.as_secs(),
+            })
+        }
+        Err(e) => return Err(issue_error(describe(&e))),
+    };
+
+    let issued = check_issued(chain_pem, key.serialize_pem(), names).map_err(|detail| {
+        AcmeError::BadCertificate {
+            what: format!("the certificate the CA issued for {listed}"),
+            detail,
+        }
+    })?;
+    store(settings, names, &issued)?;
+    tracing::info!(names = %listed, not_after = ?issued.not_after, "ACME certificate issued");
+    Ok(issued)
+}
+
+/// After an order went invalid: the names whose validation failed and the
+/// CA's problem documents for them.
+async fn why_invalid(order: &mut instant_acme::Order, listed: &str) -> AcmeError {
+    let mut failed: Vec<(String, String)> = Vec::new();
+    let mut authorizations = order.authorizations();
+    while let Some(authorization) = authorizations.next().await {
+        let Ok(mut authorization) = authorization else {
+            continue;
+        };
+        let Ok(state) = authorization.refresh().await else {
+            continue;
+        };
+        let name = state.identifier().to_string();
+        let problems: Vec<String> = state
+            .challenges
+            .iter()
+            .filter_map(|c| c.error.as_ref().map(problem_text))
+            .collect();
+        if !problems.is_empty() {
+            failed.push((name, problems.join("; ")));
+        } else if state.status != AuthorizationStatus::Valid {
+            failed.push((name, format!("authorization {:?}", state.status)));
+        }
+    }
+    if let Some(state_error) = order.state().error.as_ref().map(problem_text) {
+        if failed.is_empty() {
+            failed.push((listed.to_string(), state_error));
+        }
+    }
+    if failed.is_empty() {
+        failed.push((listed.to_string(), "the order became invalid".into()));
+    }
+    if let [(name, detail)] = failed.as_slice() {
+        return AcmeError::Challenge {
+            name: name.clone(),
+            detail: detail.clone(),
+        };
+    }
+    AcmeError::Challenge {
+        name: failed
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        detail: failed
+            .iter()
+            .map(|(n, d)| format!("{n}: {d}"))
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
+fn offered(challenges: &[instant_acme::Challenge]) -> String {
+    let types: Vec<String> = challenges
+        .iter()
+        .map(|c| match &c.r#type {
+            ChallengeType::Http01 => "http-01".to_string(),
+            ChallengeType::Dns01 => "dns-01".to_string(),
+            ChallengeType::TlsAlpn01 => "tls-alpn-01".to_string(),
+            ChallengeType::DeviceAttest01 => "device-attest-01".to_string(),
+            ChallengeType::Unknown(t) => t.clone(),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    if types.is_empty() {
+        "nothing".into()
+    } else {
+        types.join(", ")
+    }
+}
+
+/// What [`obtain`] stored for `names` earlier, if it is still whole: the
+/// chain parses, names exactly these names, and the key is the leaf's.
+/// Anything else is `Ok(None)` (logged), so the caller obtains anew;
+/// `Err` only when the files exist but cannot be read.
+pub fn load_stored(settings: &AcmeSettings, names: &[String]) -> Result<Option<Issued>, AcmeError> {
+    let names = normalize(names)?;
+    let dir = cert_dir(settings, &names[0]);
+    let read = |file: &str| -> Result<Option<String>, AcmeError> {
+        let path = dir.join(file);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(Some(text)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(AcmeError::Io {
+                action: "read",
+                path,
+                source,
+            }),
+        }
+    };
+    let (Some(chain_pem), Some(key_pem)) = (read("fullchain.pem")?, read("key.pem")?) else {
+        return Ok(None);
+    };
+    match check_issued(chain_pem, key_pem, &names) {
+        Ok(issued) => Ok(Some(issued)),
+        Err(why) => {
+            tracing::warn!(dir = %dir.display(), "stored ACME certificate not used: {why}");
+            Ok(None)
+        }
+    }
+}
+
+/// When to renew: two thirds into the certificate's lifetime (day 60 of
+/// Let's Encrypt's 90), leaving a third for retries. A lifetime that ends
+/// before it starts renews at once (at `not_after`, in the past).
+pub fn renew_at(not_before: SystemTime, not_after: SystemTime) -> SystemTime {
+    match not_after.duration_since(not_before) {
+        // `/ 3 * 2`, not `* 2 / 3`: no overflow on absurd lifetimes.
+        Ok(life) => not_before.checked_add(life / 3 * 2).unwrap_or(not_after),
+        Err(_) => not_after,
+    }
+}
+
+/// How long to wait before trying again after `failures` failures in a row:
+/// none before the first, then 1 minute, doubling up to 1 day. No jitter:
+/// each process renews its own names at its own times, and tests can rely
+/// on the numbers.
+pub fn retry_delay(failures: u32) -> Duration {
+    const FIRST: u64 = 60;
+    const MAX: u64 = 24 * 60 * 60;
+    if failures == 0 {
+        return Duration::ZERO;
+    }
+    // 60 << 11 already exceeds a day; the cap keeps the shift in range.
+    let secs = FIRST << (failures - 1).min(11);
+    Duration::from_secs(secs.min(MAX))
+}
+
+/// Revoke the leaf of `chain_pem` with the account in `state_dir` (the one
+/// that obtained it: a new account could not).
+pub async fn revoke(settings: &AcmeSettings, chain_pem: &str) -> Result<(), AcmeError> {
+    let leaf = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
+        .next()
+        .and_then(Result::ok)
+        .ok_or_else(|| AcmeError::BadCertificate {
+            what: "the chain to revoke".into(),
+            detail: "it holds no PEM CERTIFICATE".into(),
+        })?;
+    let serial = x509_parser::parse_x509_certificate(&leaf)
+        .map(|(_, cert)| hex(cert.raw_serial()))
+        .map_err(|e| AcmeError::BadCertificate {
+            what: "the certificate to revoke".into(),
+            detail: e.to_string(),
+        })?;
+    let work = async {
+        let (account, _) = account(settings, false).await?;
+        account
+            .revoke(&RevocationRequest {
+                certificate: &leaf,
+                reason: None,
+            })
+            .await
+            .map_err(|e| AcmeError::Revoke {
+                url: settings.directory.clone(),
+                serial: serial.clone(),
+                detail: describe(&e),
+            })
+    };
+    match tokio::time::timeout(OBTAIN_TIMEOUT, work).await {
+        Ok(result) => result,
+        Err(_) => Err(AcmeError::Timeout {
+            what: format!("revoking the certificate with serial {serial}"),
+            url: settings.directory.clone(),
+            secs: OBTAIN_TIMEOUT.as_secs(),
+        }),
+    }
+}
+
+/// A self-signed certificate (ECDSA P-256) for `names`, to serve until the
+/// first issuance: (chain PEM, key PEM). No client trusts it; it lets the
+/// listener come up, and answer TLS-ALPN-01, before any certificate exists.
+pub fn placeholder(names: &[String]) -> Result<(String, String), AcmeError> {
+    let names = normalize(names)?;
+    let fail = |e: rcgen::Error| AcmeError::Key {
+        what: format!("the placeholder certificate for {}", names.join(", ")),
+        detail: e.to_string(),
+    };
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(fail)?;
+    let mut params = CertificateParams::new(names.clone()).map_err(fail)?;
+    params.distinguished_name = DistinguishedName::new();
+    params.distinguished_name.push(
+        DnType::CommonName,
+        "tlsfront placeholder (no ACME certificate yet)",
+    );
+    let cert = params.self_signed(&key).map_err(fail)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// The account file for `settings.directory`.
+pub fn account_path(settings: &AcmeSettings) -> PathBuf {
+    let digest =
+        aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, settings.directory.as_bytes());
+    settings
+        .state_dir
+        .join(format!("account-{}.json", hex(&digest.as_ref()[..8])))
+}
+
+/// The account for `settings.directory`: stored, or registered now (and
+/// saved) if `create`. The flag says it was registered now.
+async fn account(settings: &AcmeSettings, create: bool) -> Result<(Account, bool), AcmeError> {
+    let http = client::AcmeHttp::new(settings.extra_roots.as_deref())?;
+    http.check_directory(&settings.directory).await?;
+    let path = account_path(settings);
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            let bad = |detail: String| AcmeError::AccountFile {
+                path: path.clone(),
+                detail,
+            };
+            // The file names the directory it was registered with: it must
+            // be this one (instant-acme would also trust it as a URL).
+            let stored: serde_json::Value =
+                serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+            let registered_with = stored.get("directory").and_then(serde_json::Value::as_str);
+            if registered_with != Some(settings.directory.as_str()) {
+                return Err(bad(format!(
+                    "it is for the directory {registered_with:?}, not {}",
+                    settings.directory
+                )));
+            }
+            let credentials: AccountCredentials =
+                serde_json::from_value(stored).map_err(|e| bad(e.to_string()))?;
+            let account = Account::builder_with_http(Box::new(http))
+                .from_credentials(credentials)
+                .await
+                .map_err(|e| match e {
+                    instant_acme::Error::KeyRejected | instant_acme::Error::Crypto => {
+                        AcmeError::AccountFile {
+                            path: path.clone(),
+                            detail: describe(&e),
+                        }
+                    }
+                    e => AcmeError::Directory {
+                        url: settings.directory.clone(),
+                        detail: describe(&e),
+                    },
+                })?;
+            Ok((account, false))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if !create {
+                return Err(AcmeError::NoAccount {
+                    url: settings.directory.clone(),
+                    path,
+                });
+            }
+            Ok((register(settings, http).await?, true))
+        }
+        Err(source) => Err(AcmeError::Io {
+            action: "read",
+            path,
+            source,
+        }),
+    }
+}
+
+/// Register a new account (agreeing to the CA's terms) and save it 0600.
+async fn register(settings: &AcmeSettings, http: client::AcmeHttp) -> Result<Account, AcmeError> {
+    let contact: Vec<&str> = settings.contact.iter().map(String::as_str).collect();
+    let (account, credentials) = Account::builder_with_http(Box::new(http))
+        .create(
+            &NewAccount {
+                contact: &contact,
+                terms_of_service_agreed: true,
+                only_return_existing: false,
+            },
+            settings.directory.clone(),
+            None,
+        )
+        .await
+        .map_err(|e| match e {
+            // The CA answered with a problem document: it refused the account.
+            instant_acme::Error::Api(_) => AcmeError::Account {
+                url: settings.directory.clone(),
+                detail: describe(&e),
+            },
+            // Anything else is the transport or the directory.
+            e => AcmeError::Directory {
+                url: settings.directory.clone(),
+                detail: describe(&e),
+            },
+        })?;
+    let json = serde_json::to_vec_pretty(&credentials).map_err(|e| AcmeError::Key {
+        what: "the account file".into(),
+        detail: e.to_string(),
+    })?;
+    write_atomic(&account_path(settings), &json, 0o600)?;
+    tracing::info!(directory = %settings.directory, account = account.id(), "ACME account registered");
+    Ok(account)
+}
+
+fn cert_dir(settings: &AcmeSettings, first: &str) -> PathBuf {
+    settings.state_dir.join("certs").join(first)
+}
+
+/// Key first, then chain: see the module doc for why that order.
+fn store(settings: &AcmeSettings, names: &[String], issued: &Issued) -> Result<(), AcmeError> {
+    let dir = cert_dir(settings, &names[0]);
+    write_atomic(&dir.join("key.pem"), issued.key_pem.as_bytes(), 0o600)?;
+    write_atomic(
+        &dir.join("fullchain.pem"),
+        issued.chain_pem.as_bytes(),
+        0o644,
+    )
+}
+
+/// Replace `path` whole: a temporary file beside it (created with `mode`,
+/// so a key is never readable by others even for a moment), fsync, rename,
+/// fsync the directory.
+fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), AcmeError> {
+    let io = |action: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| AcmeError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io("create the directory", dir))?;
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
+    // A leftover from a crashed run of a process with the same pid.
+    let _ = std::fs::remove_file(&tmp);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(&tmp)
+        .map_err(io("create", &tmp))?;
+    let written = file
+        .write_all(data)
+        .and_then(|()| file.sync_all())
+        .map_err(io("write", &tmp));
+    drop(file);
+    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path).map_err(io("replace", path)))
+    {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("sync the directory", dir))
+}
+
+/// Parse and check a chain and key: the leaf names exactly `names` and
+/// holds the key's public half. Gives the leaf's validity.
+fn check_issued(chain_pem: String, key_pem: String, names: &[String]) -> Result<Issued, String> {
+    let leaf = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
+        .next()
+        .ok_or("the chain holds no PEM CERTIFICATE")?
+        .map_err(|e| format!("the chain's PEM: {e}"))?;
+    let (_, cert) =
+        x509_parser::parse_x509_certificate(&leaf).map_err(|e| format!("the leaf: {e}"))?;
+    let key = KeyPair::from_pem(&key_pem).map_err(|e| format!("the key: {e}"))?;
+    if key.subject_public_key_info() != cert.public_key().raw {
+        return Err("the key does not belong to the leaf certificate".into());
+    }
+    let sans: BTreeSet<String> = cert
+        .subject_alternative_name()
+        .map_err(|e| format!("the leaf's subjectAltName: {e}"))?
+        .map(|ext| {
+            ext.value
+                .general_names
+                .iter()
+                .filter_map(|n| match n {
+                    x509_parser::extensions::GeneralName::DNSName(d) => {
+                        Some(d.to_ascii_lowercase())
+                    }
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let wanted: BTreeSet<String> = names.iter().cloned().collect();
+    if sans != wanted {
+        return Err(format!(
+            "the leaf names {:?}, not {:?}",
+            sans.iter().collect::<Vec<_>>(),
+            wanted.iter().collect::<Vec<_>>()
+        ));
+    }
+    let validity = cert.validity();
+    Ok(Issued {
+        chain_pem,
+        key_pem,
+        not_before: system_time(validity.not_before.timestamp()),
+        not_after: system_time(validity.not_after.timestamp()),
+    })
+}
+
+fn system_time(unix: i64) -> SystemTime {
+    let secs = Duration::from_secs(unix.unsigned_abs());
+    if unix >= 0 {
+        UNIX_EPOCH.checked_add(secs).unwrap_or(UNIX_EPOCH)
+    } else {
+        UNIX_EPOCH.checked_sub(secs).unwrap_or(UNIX_EPOCH)
+    }
+}
+
+/// Lowercased, deduplicated (first occurrence kept), each a plain DNS name:
+/// TLS-ALPN-01 cannot prove wildcards, and IP identifiers are not offered.
+/// The first name is also a directory name under `state_dir/certs`, which
+/// a valid DNS name is safe to be (no '/', never "." or "..").
+fn normalize(names: &[String]) -> Result<Vec<String>, AcmeError> {
+    let mut out: Vec<String> = Vec::with_capacity(names.len());
+    for name in names {
+        let lower = name.trim_end_matches('.').to_ascii_lowercase();
+        let bad = |reason| AcmeError::BadName {
+            name: name.clone(),
+            reason,
+        };
+        if lower.starts_with("*.") {
+            return Err(bad(
+                "TLS-ALPN-01 cannot prove a wildcard name (that needs DNS-01)",
+            ));
+        }
+        if lower.parse::<std::net::IpAddr>().is_ok() {
+            return Err(bad("IP addresses are not supported, only DNS names"));
+        }
+        if rustls::pki_types::DnsName::try_from(lower.as_str()).is_err() || !lower.contains('.') {
+            return Err(bad("not a valid fully qualified DNS name"));
+        }
+        if !out.contains(&lower) {
+            out.push(lower);
+        }
+    }
+    if out.is_empty() {
+        return Err(AcmeError::NoNames);
+    }
+    Ok(out)
+}
+
+fn is_problem(problem: &Problem, short: &str) -> bool {
+    problem
+        .r#type
+        .as_deref()
+        .is_some_and(|t| t.strip_prefix("urn:ietf:params:acme:error:") == Some(short))
+}
+
+/// A problem document as one line: the detail, its type, and its
+/// subproblems (which name the identifiers they concern).
+fn problem_text(problem: &Problem) -> String {
+    let mut text = problem
+        .detail
+        .clone()
+        .unwrap_or_else(|| "no detail given".into());
+    if let Some(t) = &problem.r#type {
+        text.push_str(&format!(" ({t})"));
+    }
+    for sub in &problem.subproblems {
+        text.push_str(&format!("; {sub}"));
+    }
+    text
+}
+
+/// An instant-acme error with every cause it wraps (hyper hides "connection
+/// refused" or "invalid peer certificate" a few sources down).
+fn describe(error: &instant_acme::Error) -> String {
+    if let instant_acme::Error::Api(problem) = error {
+        return problem_text(problem);
+    }
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renews_two_thirds_in() {
+        let nb = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let na = nb + Duration::from_secs(90 * 86400);
+        assert_eq!(renew_at(nb, na), nb + Duration::from_secs(60 * 86400));
+        // Inverted or absurd validity: no panic, renew by not_after.
+        assert_eq!(renew_at(na, nb), nb);
+        let far = UNIX_EPOCH + Duration::from_secs(u64::MAX / 4);
+        assert!(renew_at(UNIX_EPOCH, far) <= far);
+    }
+
+    #[test]
+    fn backoff_doubles_to_a_day() {
+        assert_eq!(retry_delay(0), Duration::ZERO);
+        assert_eq!(retry_delay(1), Duration::from_secs(60));
+        assert_eq!(retry_delay(2), Duration::from_secs(120));
+        assert_eq!(retry_delay(5), Duration::from_secs(960));
+        assert_eq!(retry_delay(11), Duration::from_secs(61_440));
+        assert_eq!(retry_delay(12), Duration::from_secs(86_400));
+        assert_eq!(retry_delay(u32::MAX), Duration::from_secs(86_400));
+    }
+
+    #[test]
+    fn names_are_checked_and_normalized() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            normalize(&s(&["A.Example.COM.", "a.example.com", "b.example.com"])).unwrap(),
+            s(&["a.example.com", "b.example.com"])
+        );
+        for bad in [
+            "",
+            "*.example.com",
+            "127.0.0.1",
+            "::1",
+            "../etc",
+            "a/b.com",
+            "..",
+            "localhost",
+        ] {
+            assert!(normalize(&s(&[bad])).is_err(), "{bad:?} accepted");
+        }
+        assert!(matches!(normalize(&[]), Err(AcmeError::NoNames)));
+    }
+
+    #[test]
+    fn placeholder_names_its_names_and_loads() {
+        let names = vec!["a.example.com".to_string(), "b.example.com".to_string()];
+        let (chain, key) = placeholder(&names).unwrap();
+        let issued = check_issued(chain, key, &names).unwrap();
+        assert!(issued.not_before < SystemTime::now() && SystemTime::now() < issued.not_after);
+    }
+
+    #[test]
+    fn stored_certificates_round_trip_and_mismatches_read_as_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = AcmeSettings::new(dir.path());
+        let names = vec!["a.example.com".to_string()];
+        assert_eq!(load_stored(&settings, &names).unwrap(), None);
+        let (chain, key) = placeholder(&names).unwrap();
+        let issued = check_issued(chain, key, &names).unwrap();
+        store(&settings, &names, &issued).unwrap();
+        assert_eq!(
+            load_stored(&settings, &names).unwrap(),
+            Some(issued.clone())
+        );
+        let key_file = dir.path().join("certs/a.example.com/key.pem");
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(&key_file).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
+        // Other names: not what was stored.
+        let other = vec!["a.example.com".to_string(), "c.example.com".to_string()];
+        assert_eq!(load_stored(&settings, &other).unwrap(), None);
+        // A key that is not the leaf's (a crash between the two renames).
+        let (_, other_key) = placeholder(&names).unwrap();
+        write_atomic(&key_file, other_key.as_bytes(), 0o600).unwrap();
+        assert_eq!(load_stored(&settings, &names).unwrap(), None);
+    }
+
+    #[test]
+    fn challenge_config_answers_only_acme_tls() {
+        let challenges = Challenges::default();
+        let key = challenge::challenge_key("a.example.com", &[7u8; 32]).unwrap();
+        let guard = challenges.answer("A.example.com", key);
+        assert!(challenges.get("a.EXAMPLE.com").is_some());
+        let config = challenges
+            .server_config(std::sync::Arc::new(
+                rustls::crypto::aws_lc_rs::default_provider(),
+            ))
+            .unwrap();
+        assert_eq!(config.alpn_protocols, vec![ACME_TLS_ALPN.to_vec()]);
+        assert_eq!(config.send_tls13_tickets, 0);
+        assert!(!config.ticketer.enabled());
+        drop(guard);
+        assert!(challenges.get("a.example.com").is_none());
+    }
+}

@@ -1,0 +1,517 @@
+//! `tlsfront::acme` against a real ACME server: Debian's `pebble` (Let's
+//! Encrypt's test CA), which validates TLS-ALPN-01 by connecting to a
+//! listener in this test, resolving the names through `pebble-challtestsrv`
+//! (a mock DNS server answering 127.0.0.1 for every name). Everything runs
+//! on loopback, on ports the kernel picked free, and on tokio's
+//! current-thread runtime, as the server's workers do.
+//!
+//! Pebble's HTTPS (ACME and management) uses a certificate from a CA this
+//! test makes (Debian ships no test certificate); `extra_roots` trusts it.
+
+mod common;
+
+use std::fs::File;
+use std::net::{TcpListener as StdTcpListener, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use common::tool;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, SanType};
+use tlsfront::acme::{self, AcmeError, AcmeSettings, Challenges, Issued};
+use tokio::io::AsyncWriteExt;
+
+/// A running pebble and its mock DNS server; both are killed on drop, and
+/// their logs printed if the test failed.
+struct Pebble {
+    pebble: Child,
+    dns: Child,
+    dir: tempfile::TempDir,
+    /// The ACME directory URL.
+    directory: String,
+    /// The management interface's port (roots, certificate status).
+    mgmt: u16,
+    /// The CA of pebble's own HTTPS certificate.
+    https_ca: PathBuf,
+}
+
+impl Drop for Pebble {
+    fn drop(&mut self) {
+        for child in [&mut self.pebble, &mut self.dns] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            for log in ["pebble.log", "challtestsrv.log"] {
+                let text = std::fs::read_to_string(self.dir.path().join(log)).unwrap_or_default();
+                eprintln!("---- {log} ----\n{text}");
+            }
+        }
+    }
+}
+
+/// A loopback port free for TCP right now (the kernel's pick).
+fn free_tcp_port() -> u16 {
+    StdTcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A loopback port free for both UDP and TCP (DNS listens on both).
+fn free_dns_port() -> u16 {
+    for _ in 0..100 {
+        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = udp.local_addr().unwrap().port();
+        if StdTcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no loopback port free for both UDP and TCP in 100 tries");
+}
+
+/// Wait (bounded) until something accepts TCP connections on `port`.
+fn wait_for_port(port: u16, what: &str, child: &mut Child, log: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "{what} exited ({status}) before listening on {port}:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not listen on 127.0.0.1:{port} within 20 s:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A CA and a certificate for 127.0.0.1/localhost signed by it, for
+/// pebble's HTTPS listeners: (CA PEM, certificate PEM, key PEM).
+fn https_certificate() -> (String, String, String) {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "tlsfront test CA for pebble");
+    let ca = CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params
+        .subject_alt_names
+        .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
+    let cert = params.signed_by(&key, &ca).unwrap();
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}
+
+/// Start pebble-challtestsrv (DNS only: every name is 127.0.0.1, no AAAA)
+/// and pebble validating TLS-ALPN-01 on `tls_port`.
+fn start_pebble(tls_port: u16) -> Pebble {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = https_certificate();
+    let https_ca = dir.path().join("https-ca.pem");
+    std::fs::write(&https_ca, ca).unwrap();
+    std::fs::write(dir.path().join("cert.pem"), cert).unwrap();
+    std::fs::write(dir.path().join("key.pem"), key).unwrap();
+
+    let dns_port = free_dns_port();
+    let dns_mgmt = free_tcp_port();
+    let dns_log = dir.path().join("challtestsrv.log");
+    let mut dns = tool("pebble-challtestsrv")
+        .args(["-dns01", &format!("127.0.0.1:{dns_port}")])
+        .args(["-management", &format!("127.0.0.1:{dns_mgmt}")])
+        .args(["-http01", "", "-https01", "", "-tlsalpn01", ""])
+        .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
+        .stdout(Stdio::from(File::create(&dns_log).unwrap()))
+        .stderr(Stdio::from(File::create(&dns_log).unwrap()))
+        .spawn()
+        .expect("start pebble-challtestsrv (Debian package pebble: tests/install-packages.sh installs it)");
+    wait_for_port(dns_mgmt, "pebble-challtestsrv", &mut dns, &dns_log);
+
+    let acme_port = free_tcp_port();
+    let mgmt = free_tcp_port();
+    let config = serde_json::json!({
+        "pebble": {
+            "listenAddress": format!("127.0.0.1:{acme_port}"),
+            "managementListenAddress": format!("127.0.0.1:{mgmt}"),
+            "certificate": dir.path().join("cert.pem"),
+            "privateKey": dir.path().join("key.pem"),
+            // Nothing answers HTTP-01 here: the client must pick TLS-ALPN-01.
+            "httpPort": free_tcp_port(),
+            "tlsPort": tls_port,
+            "ocspResponderURL": "",
+            "externalAccountBindingRequired": false
+        }
+    });
+    let config_path = dir.path().join("pebble-config.json");
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let log = dir.path().join("pebble.log");
+    let mut pebble = tool("pebble")
+        .arg("-config")
+        .arg(&config_path)
+        .args(["-dnsserver", &format!("127.0.0.1:{dns_port}")])
+        // Validate at once, accept every good nonce, and never reuse an
+        // authorization: each order is validated through the listener.
+        .env("PEBBLE_VA_NOSLEEP", "1")
+        .env("PEBBLE_WFE_NONCEREJECT", "0")
+        .env("PEBBLE_AUTHZREUSE", "0")
+        .stdout(Stdio::from(File::create(&log).unwrap()))
+        .stderr(Stdio::from(File::create(&log).unwrap()))
+        .spawn()
+        .expect("start pebble (Debian package pebble: tests/install-packages.sh installs it)");
+    wait_for_port(acme_port, "pebble", &mut pebble, &log);
+    wait_for_port(mgmt, "pebble (management)", &mut pebble, &log);
+    Pebble {
+        pebble,
+        dns,
+        dir,
+        directory: format!("https://127.0.0.1:{acme_port}/dir"),
+        mgmt,
+        https_ca,
+    }
+}
+
+impl Pebble {
+    fn settings(&self, state_dir: &Path) -> AcmeSettings {
+        AcmeSettings {
+            directory: self.directory.clone(),
+            contact: vec!["mailto:hostmaster@tlsfront.test".into()],
+            state_dir: state_dir.to_path_buf(),
+            extra_roots: Some(self.https_ca.clone()),
+        }
+    }
+
+    /// GET from pebble's management interface (curl, bounded).
+    fn mgmt_get(&self, path: &str) -> String {
+        let out = tool("curl")
+            .args(["-sS", "--fail", "--max-time", "10", "--cacert"])
+            .arg(&self.https_ca)
+            .arg(format!("https://127.0.0.1:{}{path}", self.mgmt))
+            .output()
+            .expect("run curl");
+        assert!(
+            out.status.success(),
+            "GET {path} from pebble's management interface: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Pebble's word on a certificate: "Valid" or "Revoked".
+    fn cert_status(&self, serial: &str) -> String {
+        let body = self.mgmt_get(&format!("/cert-status-by-serial/{serial}"));
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        json["Status"].as_str().unwrap_or_default().to_string()
+    }
+}
+
+/// The test's TLS-ALPN-01 listener: a tokio-rustls acceptor on
+/// `Challenges::server_config`, counting completed handshakes.
+struct Listener {
+    port: u16,
+    handshakes: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn challenge_listener(challenges: &Challenges) -> Listener {
+    let config = challenges
+        .server_config(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let handshakes = Arc::new(AtomicUsize::new(0));
+    let count = handshakes.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            let acceptor = acceptor.clone();
+            let count = count.clone();
+            tokio::spawn(async move {
+                let accepted = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp));
+                if let Ok(Ok(mut tls)) = accepted.await {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    let _ = tls.shutdown().await;
+                }
+            });
+        }
+    });
+    Listener {
+        port,
+        handshakes,
+        task,
+    }
+}
+
+fn leaf(issued: &Issued) -> Vec<u8> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::pem_slice_iter(issued.chain_pem.as_bytes())
+        .next()
+        .unwrap()
+        .unwrap()
+        .to_vec()
+}
+
+/// The leaf's serial as pebble writes it (hex, no leading zeros).
+fn serial(issued: &Issued) -> String {
+    let der = leaf(issued);
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+    cert.tbs_certificate.serial.to_str_radix(16)
+}
+
+fn sans(issued: &Issued) -> Vec<String> {
+    let der = leaf(issued);
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+    let mut names: Vec<String> = cert
+        .subject_alternative_name()
+        .unwrap()
+        .expect("the leaf has a subjectAltName")
+        .value
+        .general_names
+        .iter()
+        .map(|n| match n {
+            x509_parser::extensions::GeneralName::DNSName(d) => d.to_string(),
+            other => panic!("unexpected SAN {other:?}"),
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// `openssl verify` of the leaf against pebble's root, with the rest of the
+/// chain as untrusted intermediates.
+fn verify_chain(pebble: &Pebble, issued: &Issued, dir: &Path) {
+    let root = pebble.mgmt_get("/roots/0");
+    assert!(root.contains("BEGIN CERTIFICATE"), "pebble's root: {root}");
+    let blocks: Vec<&str> = issued
+        .chain_pem
+        .split_inclusive("-----END CERTIFICATE-----")
+        .filter(|b| b.contains("BEGIN CERTIFICATE"))
+        .collect();
+    assert!(
+        blocks.len() >= 2,
+        "chain of {} certificate(s)",
+        blocks.len()
+    );
+    std::fs::write(dir.join("root.pem"), root).unwrap();
+    std::fs::write(dir.join("leaf.pem"), blocks[0]).unwrap();
+    std::fs::write(dir.join("intermediates.pem"), blocks[1..].concat()).unwrap();
+    let out = tool("openssl")
+        .arg("verify")
+        .arg("-CAfile")
+        .arg(dir.join("root.pem"))
+        .arg("-untrusted")
+        .arg(dir.join("intermediates.pem"))
+        .arg(dir.join("leaf.pem"))
+        .output()
+        .expect("run openssl");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && text.contains(": OK"),
+        "openssl verify: {text}"
+    );
+}
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+#[tokio::test] // current-thread, as the server's workers
+async fn issues_renews_and_revokes_with_pebble() {
+    let started = Instant::now();
+    let challenges = Challenges::default();
+    let listener = challenge_listener(&challenges).await;
+    let pebble = start_pebble(listener.port);
+    let state = tempfile::tempdir().unwrap();
+    let settings = pebble.settings(state.path());
+    let names = vec!["www.tlsfront.test".to_string(), "tlsfront.test".to_string()];
+
+    assert_eq!(acme::load_stored(&settings, &names).unwrap(), None);
+
+    // First issuance: a new account, both names validated through the listener.
+    let first = acme::obtain(&settings, &names, &challenges)
+        .await
+        .unwrap_or_else(|e| panic!("first obtain: {e}"));
+    assert_eq!(sans(&first), ["tlsfront.test", "www.tlsfront.test"]);
+    assert!(
+        listener.handshakes.load(Ordering::SeqCst) >= 2,
+        "pebble validated through the listener: {} handshake(s)",
+        listener.handshakes.load(Ordering::SeqCst)
+    );
+    assert!(
+        challenges.names().is_empty(),
+        "challenge certificates taken down"
+    );
+    verify_chain(&pebble, &first, state.path());
+    let now = SystemTime::now();
+    assert!(first.not_before <= now && now < first.not_after);
+    let renew = acme::renew_at(first.not_before, first.not_after);
+    assert!(first.not_before < renew && renew < first.not_after);
+
+    let account_file = acme::account_path(&settings);
+    assert_eq!(mode(&account_file), 0o600, "account file mode");
+    let cert_dir = state.path().join("certs/www.tlsfront.test");
+    assert_eq!(mode(&cert_dir.join("key.pem")), 0o600, "key.pem mode");
+    assert_eq!(
+        std::fs::read_to_string(cert_dir.join("fullchain.pem")).unwrap(),
+        first.chain_pem
+    );
+    assert_eq!(
+        acme::load_stored(&settings, &names).unwrap(),
+        Some(first.clone())
+    );
+
+    // Renewal: the stored account is reused (its file untouched), and the
+    // new certificate is another one, with another key.
+    let account_before = std::fs::read(&account_file).unwrap();
+    let account_mtime = std::fs::metadata(&account_file)
+        .unwrap()
+        .modified()
+        .unwrap();
+    let accounts_before = std::fs::read_dir(state.path()).unwrap().count();
+    let handshakes_before = listener.handshakes.load(Ordering::SeqCst);
+    let second = acme::obtain(&settings, &names, &challenges)
+        .await
+        .unwrap_or_else(|e| panic!("renewal: {e}"));
+    assert_eq!(std::fs::read(&account_file).unwrap(), account_before);
+    assert_eq!(
+        std::fs::metadata(&account_file)
+            .unwrap()
+            .modified()
+            .unwrap(),
+        account_mtime
+    );
+    assert_eq!(
+        std::fs::read_dir(state.path()).unwrap().count(),
+        accounts_before
+    );
+    assert!(listener.handshakes.load(Ordering::SeqCst) >= handshakes_before + 2);
+    assert_eq!(sans(&second), ["tlsfront.test", "www.tlsfront.test"]);
+    assert_ne!(serial(&first), serial(&second), "renewal gave a new serial");
+    assert_ne!(first.key_pem, second.key_pem, "renewal gave a new key");
+    verify_chain(&pebble, &second, state.path());
+    assert_eq!(
+        acme::load_stored(&settings, &names).unwrap(),
+        Some(second.clone())
+    );
+
+    // Revocation of the first certificate. Pebble lets only the account
+    // that obtained a certificate revoke it, so this also shows that the
+    // renewal ran on the same account.
+    assert_eq!(pebble.cert_status(&serial(&first)), "Valid");
+    acme::revoke(&settings, &first.chain_pem)
+        .await
+        .unwrap_or_else(|e| panic!("revoke: {e}"));
+    assert_eq!(pebble.cert_status(&serial(&first)), "Revoked");
+    assert_eq!(pebble.cert_status(&serial(&second)), "Valid");
+
+    // Revoking needs the account: none in another state directory.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let err = acme::revoke(&pebble.settings(elsewhere.path()), &second.chain_pem)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, AcmeError::NoAccount { .. }), "{err}");
+
+    listener.task.abort();
+    eprintln!("issue, renew, revoke: {:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn unanswered_challenge_fails_naming_the_name() {
+    let started = Instant::now();
+    // Pebble validates on a port where nothing listens.
+    let closed = free_tcp_port();
+    let pebble = start_pebble(closed);
+    let state = tempfile::tempdir().unwrap();
+    let challenges = Challenges::default();
+    let names = vec!["down.tlsfront.test".to_string()];
+    let err = acme::obtain(&pebble.settings(state.path()), &names, &challenges)
+        .await
+        .expect_err("obtain with no listener answering must fail");
+    let text = err.to_string();
+    assert!(
+        matches!(&err, AcmeError::Challenge { name, .. } if name == "down.tlsfront.test"),
+        "{err:?}"
+    );
+    assert!(
+        text.contains("down.tlsfront.test") && text.contains("TLS-ALPN-01"),
+        "{text}"
+    );
+    eprintln!("the error: {text}");
+    assert!(
+        challenges.names().is_empty(),
+        "challenge certificate taken down"
+    );
+    assert_eq!(
+        acme::load_stored(&pebble.settings(state.path()), &names).unwrap(),
+        None
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn unreachable_directory_is_named() {
+    let state = tempfile::tempdir().unwrap();
+    let url = format!("https://127.0.0.1:{}/dir", free_tcp_port());
+    let settings = AcmeSettings {
+        directory: url.clone(),
+        contact: vec![],
+        state_dir: state.path().to_path_buf(),
+        extra_roots: None,
+    };
+    let err = acme::obtain(
+        &settings,
+        &["a.tlsfront.test".to_string()],
+        &Challenges::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, AcmeError::Directory { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains(&url) && text.to_lowercase().contains("refused"),
+        "{text}"
+    );
+    eprintln!("the error: {text}");
+    // Not URLs an ACME client can use: errors, not panics.
+    for url in ["not a url", "http://127.0.0.1:1/dir", ""] {
+        let settings = AcmeSettings {
+            directory: url.into(),
+            ..settings.clone()
+        };
+        let err = acme::obtain(
+            &settings,
+            &["a.tlsfront.test".to_string()],
+            &Challenges::default(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(err, AcmeError::Directory { .. }),
+            "{url:?}: {err:?}"
+        );
+        eprintln!("the error: {err}");
+    }
+}
