@@ -83,6 +83,11 @@ pub struct GlobalArgs {
     /// Seconds allowed for the TLS handshake [default: 10].
     #[arg(long, value_name = "SECS")]
     pub handshake_timeout: Option<f64>,
+    /// Session ticket key file, nginx's format (80 or 48 random bytes:
+    /// `openssl rand 80 > FILE`); repeatable: the first encrypts, all
+    /// decrypt [default: random keys rotated in memory].
+    #[arg(long, value_name = "FILE")]
+    pub ticket_keys: Vec<PathBuf>,
 }
 
 impl GlobalArgs {
@@ -116,6 +121,10 @@ impl GlobalArgs {
         if !self.proxy_from.is_empty() {
             f.proxy_from = Some(self.proxy_from.clone());
             o.flag("proxy_from", "--proxy-from");
+        }
+        if !self.ticket_keys.is_empty() {
+            f.ticket_keys = Some(self.ticket_keys.clone());
+            o.flag("ticket_keys", "--ticket-keys");
         }
         if let Some(v) = self.handshake_timeout {
             f.timeouts.handshake = v;

@@ -16,15 +16,9 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => serve(move || args.resolve(), true),
-        Command::Serve(args) => {
-            let reload = args.config.is_some();
-            serve(move || args.resolve(), reload)
-        }
-        Command::Proxy(args) => {
-            let reload = args.config.is_some();
-            serve(move || args.resolve(), reload)
-        }
+        Command::Run(args) => serve(move || args.resolve()),
+        Command::Serve(args) => serve(move || args.resolve()),
+        Command::Proxy(args) => serve(move || args.resolve()),
         Command::Config(ConfigCommand::Check { file }) => {
             let (text, ok) = tlsfront::config::check::report(&file);
             print!("{text}");
@@ -54,17 +48,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// Resolve the settings and run them; with `reloadable`, SIGHUP resolves
-/// them again (the config file is read anew, the flags stay as given).
-fn serve(
-    resolve: impl Fn() -> Result<Settings, ConfigError> + 'static,
-    reloadable: bool,
-) -> Result<(), String> {
+/// Resolve the settings and run them. SIGHUP resolves them again: the
+/// config file, certificates and ticket keys are read anew; the flags stay
+/// as given.
+fn serve(resolve: impl Fn() -> Result<Settings, ConfigError> + 'static) -> Result<(), String> {
     let settings = resolve().map_err(|e| e.to_string())?;
-    let reload: Option<tlsfront::server::Reload> = if reloadable {
-        Some(Box::new(resolve))
-    } else {
-        None
-    };
-    tlsfront::server::run(settings, reload).map_err(|e| e.to_string())
+    tlsfront::server::run(settings, Some(Box::new(resolve))).map_err(|e| e.to_string())
 }

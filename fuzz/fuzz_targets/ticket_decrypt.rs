@@ -39,7 +39,13 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(&ticket[..16], NAME_80, "the first key encrypts");
     assert_eq!(keys.decrypt(&ticket).as_deref(), Some(data));
     let mut changed = ticket.clone();
-    let at = data.iter().fold(data.len(), |h, &b| h.wrapping_mul(31).wrapping_add(b as usize));
+    let at = data.iter().fold(data.len(), |h, &b| {
+        h.wrapping_mul(31).wrapping_add(b as usize)
+    });
     changed[at % ticket.len()] ^= 1;
-    assert_eq!(keys.decrypt(&changed), None, "a changed ticket was accepted");
+    assert_eq!(
+        keys.decrypt(&changed),
+        None,
+        "a changed ticket was accepted"
+    );
 });

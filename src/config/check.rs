@@ -53,11 +53,11 @@ fn describe(s: &Settings, now: SystemTime, out: &mut String) -> usize {
     let listen: Vec<String> = s.listen.iter().map(ToString::to_string).collect();
     let _ = writeln!(
         out,
-        "listen {}; {} worker{}; ktls {:?}; names no site has: {}",
+        "listen {}; {} worker{}; ktls {}; names no site has: {}",
         listen.join(", "),
         s.workers,
         if s.workers == 1 { "" } else { "s" },
-        s.ktls,
+        format!("{:?}", s.ktls).to_lowercase(),
         match s.unknown_names {
             UnknownNames::Default => "the default site",
             UnknownNames::Reject => "refused (unrecognized_name)",

@@ -127,6 +127,10 @@ pub struct FileConfig {
     /// Trusted sources of PROXY headers.
     pub proxy_from: Option<Vec<String>>,
     pub unknown_names: Option<UnknownNames>,
+    /// Session ticket keys, nginx's `ssl_session_ticket_key` format: the
+    /// first encrypts, all decrypt (several servers resume each other's
+    /// sessions). Unset: random keys rotated in memory.
+    pub ticket_keys: Option<Vec<PathBuf>>,
     pub limits: Limits,
     pub timeouts: Timeouts,
 
@@ -188,6 +192,7 @@ impl FileConfig {
             }
         };
         self.root.iter_mut().for_each(fix);
+        self.ticket_keys.iter_mut().flatten().for_each(fix);
         self.cert.iter_mut().for_each(|c| c.rebase(base));
         self.key.iter_mut().for_each(|c| c.rebase(base));
         for s in &mut self.site {

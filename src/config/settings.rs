@@ -28,6 +28,8 @@ pub struct Settings {
     /// Trusted sources of a PROXY header before TLS; `None`: no header read.
     pub accept_proxy: Option<Vec<IpNet>>,
     pub unknown_names: UnknownNames,
+    /// Session ticket key files (empty: keys rotated in memory).
+    pub ticket_keys: Vec<PathBuf>,
     /// Process-wide limits (`connections`), and every site's defaults.
     pub limits: Limits,
     /// Process-wide timeouts (`handshake`, `shutdown`), and every site's
@@ -262,6 +264,7 @@ pub fn resolve(
         run_as,
         accept_proxy,
         unknown_names,
+        ticket_keys: file.ticket_keys.unwrap_or_default(),
         limits: file.limits,
         timeouts: file.timeouts,
         sites,

@@ -17,6 +17,7 @@ use crate::ktls::{Support, Version};
 use crate::lograte::LogLimit;
 use crate::metrics::Metrics;
 use crate::sys;
+use crate::tls::tickets::{KeyFiles, TicketKeys, DEFAULT_ROTATION};
 use crate::tls::userspace::UserTls;
 use crate::tls::{TlsOptions, TlsShared};
 use arc_swap::ArcSwap;
@@ -80,6 +81,8 @@ pub enum StartError {
     Root(#[from] crate::files::RootError),
     #[error("{origin}: {message}")]
     Site { origin: String, message: String },
+    #[error("setting ticket_keys: {0}")]
+    TicketKeys(#[from] crate::tls::tickets::TicketKeyError),
     #[error("--ktls require: {0}")]
     KtlsRequired(String),
     #[error("cannot listen on {addr}: {source}{hint}")]
@@ -250,7 +253,12 @@ pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError>
     // their own mappings, so that the room a stalled connection gives back
     // goes back to the kernel at once, not into the heap until a trim.
     crate::sys::set_mmap_threshold(MMAP_THRESHOLD);
-    let shared = TlsShared::new(TlsOptions::default())?;
+    let tickets = if settings.ticket_keys.is_empty() {
+        TicketKeys::rotating(DEFAULT_ROTATION)
+    } else {
+        TicketKeys::from_files(&settings.ticket_keys)?
+    };
+    let shared = TlsShared::new(TlsOptions::default(), tickets);
     let sites = Sites::build(&settings, &shared, &mut |l| println!("{l}"))?;
     let ktls = ktls_support(settings.ktls)?;
     let workers = settings.workers;
@@ -327,11 +335,19 @@ fn reload_sites(
         sd_notify::NotifyState::monotonic_usec_now().unwrap_or(sd_notify::NotifyState::Reloading),
     ]);
     let result = reload().map_err(StartError::from).and_then(|new| {
+        // Everything read and checked before anything is swapped in.
+        let keys = match new.ticket_keys.as_slice() {
+            [] => None,
+            paths => Some(KeyFiles::read(paths)?),
+        };
         let sites = Sites::build(&new, &front.shared, &mut |l| println!("{l}"))?;
-        Ok((new, sites))
+        Ok((new, keys, sites))
     });
     match result {
-        Ok((new, sites)) => {
+        Ok((new, keys, sites)) => {
+            if front.shared.tickets().install(keys) == crate::tls::tickets::Reload::Replaced {
+                println!("ticket keys replaced: tickets under keys no longer listed do not resume");
+            }
             for (what, changed) in [
                 ("listen", new.listen != started.listen),
                 ("workers", new.workers != started.workers),

@@ -201,7 +201,10 @@ mod tests {
             ..Default::default()
         };
         let s = resolve(f, &text, &o, None).unwrap();
-        let shared = TlsShared::new(Default::default()).unwrap();
+        let shared = TlsShared::new(
+            Default::default(),
+            crate::tls::tickets::TicketKeys::rotating(crate::tls::tickets::DEFAULT_ROTATION),
+        );
         Sites::build(&s, &shared, &mut |_| {}).unwrap()
     }
 

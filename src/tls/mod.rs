@@ -16,8 +16,7 @@ pub use hello::{Hello, Refusal};
 use rustls::crypto::{aws_lc_rs, CryptoProvider};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{
-    ClientHello, ProducesTickets, ResolvesServerCert, ServerSessionMemoryCache,
-    StoresServerSessions,
+    ClientHello, ResolvesServerCert, ServerSessionMemoryCache, StoresServerSessions,
 };
 use rustls::sign::CertifiedKey;
 use rustls::{CipherSuite, ServerConfig, SignatureAlgorithm};
@@ -94,18 +93,25 @@ pub fn provider() -> CryptoProvider {
 pub struct TlsShared {
     provider: Arc<CryptoProvider>,
     cache: Arc<dyn StoresServerSessions>,
-    ticketer: Arc<dyn ProducesTickets>,
+    tickets: Arc<tickets::TicketKeys>,
     opts: TlsOptions,
 }
 
 impl TlsShared {
-    pub fn new(opts: TlsOptions) -> Result<TlsShared, TlsConfigError> {
-        Ok(TlsShared {
+    /// `tickets`: the ticket keys (from files, or rotated in memory).
+    pub fn new(opts: TlsOptions, tickets: tickets::TicketKeys) -> TlsShared {
+        TlsShared {
             provider: Arc::new(provider()),
             cache: ServerSessionMemoryCache::new(opts.session_cache),
-            ticketer: aws_lc_rs::Ticketer::new().map_err(TlsConfigError::Setup)?,
+            tickets: Arc::new(tickets),
             opts,
-        })
+        }
+    }
+
+    /// The ticket keys every site's configuration uses (reloads replace
+    /// their contents in place).
+    pub fn tickets(&self) -> &tickets::TicketKeys {
+        &self.tickets
     }
 
     pub fn provider(&self) -> &Arc<CryptoProvider> {
@@ -139,7 +145,7 @@ impl TlsShared {
         // Needed for the kernel handoff (`dangerous_into_kernel_connection`).
         cfg.enable_secret_extraction = true;
         cfg.session_storage = self.cache.clone();
-        cfg.ticketer = self.ticketer.clone();
+        cfg.ticketer = self.tickets.clone();
         cfg.send_tls13_tickets = self.opts.tls13_tickets;
         cfg.max_early_data_size = 0;
         let mut resuming = cfg.clone();
@@ -220,7 +226,10 @@ pub fn server_config(
     key: PrivateKeyDer<'static>,
     opts: &TlsOptions,
 ) -> Result<ServerConfigs, TlsConfigError> {
-    let shared = TlsShared::new(opts.clone())?;
+    let shared = TlsShared::new(
+        opts.clone(),
+        tickets::TicketKeys::rotating(tickets::DEFAULT_ROTATION),
+    );
     let cert = shared.certified_key(chain, key)?;
     shared.site(vec![cert], opts.alpn.clone())
 }
