@@ -49,19 +49,28 @@ pub enum PrivilegeError {
 impl RunAs {
     /// Look up `user` (and `group`, else the user's own group).
     /// `origin(key)` names where `key` was set. Refused at once unless this
-    /// process runs as root, which alone can switch.
+    /// process runs as root, which alone can switch, or already runs as
+    /// that user (a reload after the switch reads the same settings).
     pub fn resolve(
         user: &str,
         group: Option<&str>,
         origin: impl Fn(&str) -> String,
     ) -> Result<RunAs, PrivilegeError> {
         let now = Uid::current();
-        if !now.is_root() {
-            return Err(PrivilegeError::NotRoot {
-                origin: origin("user"),
-                user: user.into(),
-                uid: now,
-            });
+        let not_root = || PrivilegeError::NotRoot {
+            origin: origin("user"),
+            user: user.into(),
+            uid: now,
+        };
+        if !now.is_root()
+            && User::from_uid(now)
+                .ok()
+                .flatten()
+                .map(|u| u.name)
+                .as_deref()
+                != Some(user)
+        {
+            return Err(not_root());
         }
         let found = User::from_name(user)
             .map_err(|source| PrivilegeError::Lookup {

@@ -52,7 +52,7 @@ python3 - "$dir/notify" >"$dir/notified" <<'PY' &
 import socket, sys
 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
 s.bind(sys.argv[1]); s.settimeout(60)
-for _ in range(2):
+for _ in range(4):
     print(s.recv(256).decode().strip(), flush=True)
 PY
 listener=$!
@@ -71,6 +71,19 @@ check "systemd hears READY=1" grep -qx READY=1 "$dir/notified"
 check "it runs as www-data" grep -q "running as user www-data" "$dir/log"
 body=$(curl -sS --cacert "$dir/state/tlsfront/cert.pem" "https://127.0.0.1:$port/tlsfront-package-test.txt" 2>&1 || true)
 check "it serves /var/www/html over HTTPS" test "$body" = "packaged hello"
+check "tlsfront config check accepts the packaged config" \
+  quiet tlsfront config check /etc/tlsfront/tlsfront.toml
+# Reload as the unit does (ExecReload), after the switch to www-data: the
+# root-only key read at start is still usable (unchanged).
+exec_reload=$(sed -n 's/^ExecReload=//p' /usr/lib/systemd/system/tlsfront.service)
+# shellcheck disable=SC2086  # ExecReload's words
+${exec_reload//\$MAINPID/$pid}
+for _ in $(seq 50); do [[ $(grep -c READY=1 "$dir/notified") -ge 2 ]] && break; sleep 0.1; done
+check "systemctl reload: systemd hears RELOADING=1, then READY=1 again" \
+  test "$(grep -c '^RELOADING=1' "$dir/notified")" -eq 1 -a "$(grep -c '^READY=1' "$dir/notified")" -eq 2
+check "the reload as www-data loads the config and the root-only key" grep -q "^reloaded " "$dir/log"
+body=$(curl -sS --cacert "$dir/state/tlsfront/cert.pem" "https://127.0.0.1:$port/tlsfront-package-test.txt" 2>&1 || true)
+check "it still serves after the reload" test "$body" = "packaged hello"
 kill -TERM "$pid"
 st=0; wait "$pid" || st=$?
 pid=

@@ -67,8 +67,10 @@ pub fn load(cert: Option<&Path>, key: Option<&Path>) -> Result<Identity, CertErr
 }
 
 fn load_pem(cert: &Path, key: &Path, created: bool) -> Result<Identity, CertError> {
-    let chain = CertificateDer::pem_file_iter(cert)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+    let io = |e: std::io::Error| rustls::pki_types::pem::Error::Io(e);
+    let chain = read_kept(cert)
+        .map_err(io)
+        .and_then(|pem| CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>())
         .map_err(|source| CertError::ReadCert {
             path: cert.into(),
             source,
@@ -76,16 +78,80 @@ fn load_pem(cert: &Path, key: &Path, created: bool) -> Result<Identity, CertErro
     if chain.is_empty() {
         return Err(CertError::NoCert { path: cert.into() });
     }
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|source| CertError::ReadKey {
-        path: key.into(),
-        source,
-    })?;
+    let key = read_kept(key)
+        .map_err(io)
+        .and_then(|pem| PrivateKeyDer::from_pem_slice(&pem))
+        .map_err(|source| CertError::ReadKey {
+            path: key.into(),
+            source,
+        })?;
     Ok(Identity {
         chain,
         key,
         cert_path: cert.into(),
         created,
     })
+}
+
+/// A file as last read, and what identified it then.
+struct Kept {
+    dev: u64,
+    ino: u64,
+    mtime: (i64, i64),
+    size: u64,
+    bytes: zeroize::Zeroizing<Vec<u8>>,
+}
+
+/// Files read so far (certificates and keys), kept for reloads after the
+/// switch to an unprivileged user: a key only root may read (the usual
+/// 0600) can no longer be read then, but it can still be looked at. If it
+/// is the very file read before (same device, inode, size and modification
+/// time), the copy read then is used; a file that changed must be readable
+/// by the user tlsfront runs as, and the error says so.
+static KEPT: std::sync::Mutex<Option<std::collections::HashMap<PathBuf, Kept>>> =
+    std::sync::Mutex::new(None);
+
+fn read_kept(path: &Path) -> std::io::Result<zeroize::Zeroizing<Vec<u8>>> {
+    use std::os::unix::fs::MetadataExt;
+    let id = |m: &std::fs::Metadata| (m.dev(), m.ino(), (m.mtime(), m.mtime_nsec()), m.size());
+    let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
+    let kept = kept.get_or_insert_with(Default::default);
+    match fs::read(path) {
+        Ok(bytes) => {
+            let bytes = zeroize::Zeroizing::new(bytes);
+            if let Ok(m) = fs::metadata(path) {
+                let (dev, ino, mtime, size) = id(&m);
+                kept.insert(
+                    path.into(),
+                    Kept {
+                        dev,
+                        ino,
+                        mtime,
+                        size,
+                        bytes: bytes.clone(),
+                    },
+                );
+            }
+            Ok(bytes)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            let same = fs::metadata(path).ok().and_then(|m| {
+                let k = kept.get(path)?;
+                (id(&m) == (k.dev, k.ino, k.mtime, k.size)).then(|| k.bytes.clone())
+            });
+            same.ok_or_else(|| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "{e}: it changed since tlsfront read it as root, and the user it runs \
+                         as now may not read it (give that user read access, e.g. chgrp and \
+                         chmod 640, or restart tlsfront)"
+                    ),
+                )
+            })
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Where the default identity lives: `$XDG_DATA_HOME/tlsfront` (usually
@@ -243,6 +309,27 @@ mod tests {
         assert!(f.names.contains(&"::1".to_string()), "{f:?}");
         assert!(f.not_after > std::time::SystemTime::now());
         assert!(f.key.starts_with("ECDSA"), "{f:?}");
+    }
+
+    /// A file that can no longer be read is taken as read before, as long
+    /// as it is unchanged.
+    #[test]
+    fn unreadable_but_unchanged_files_are_kept() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("k.pem");
+        std::fs::write(&p, b"first").unwrap();
+        assert_eq!(&read_kept(&p).unwrap()[..], b"first");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o000)).unwrap();
+        // Root reads whatever the mode says: only check what it can tell.
+        if std::fs::read(&p).is_err() {
+            assert_eq!(&read_kept(&p).unwrap()[..], b"first");
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+            std::fs::write(&p, b"second, longer").unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o000)).unwrap();
+            let e = read_kept(&p).unwrap_err().to_string();
+            assert!(e.contains("changed since"), "{e}");
+        }
     }
 
     #[test]
