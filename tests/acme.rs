@@ -7,6 +7,8 @@
 //!
 //! Pebble's HTTPS (ACME and management) uses a certificate from a CA this
 //! test makes (Debian ships no test certificate); `extra_roots` trusts it.
+//! The last test runs tlsfront itself with `acme = true` sites: issuance,
+//! renewal and a site added by reload, on tlsfront's own listener.
 
 mod common;
 
@@ -514,4 +516,114 @@ async fn unreachable_directory_is_named() {
         );
         eprintln!("the error: {err}");
     }
+}
+
+/// `tlsfront run` with sites marked `acme = true`, against pebble: the
+/// first certificate is issued through TLS-ALPN-01 answered on tlsfront's
+/// own listener and served at once (curl verifies it against pebble's
+/// root), it is renewed when due (a test setting makes that seconds after
+/// issuance), and a site added by reload gets its certificate too.
+#[test]
+fn tlsfront_gets_renews_and_adds_certificates_by_acme() {
+    let port = free_tcp_port();
+    let pebble = start_pebble(port);
+    let dir = tempfile::tempdir().unwrap();
+    let www = dir.path().join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("id.txt"), "acme site\n").unwrap();
+    let config = dir.path().join("tlsfront.toml");
+    let site = |name: &str| {
+        format!(
+            "[[site]]\nnames = [\"{name}\"]\nacme = true\nroot = {:?}\n",
+            www.display().to_string()
+        )
+    };
+    let head = format!(
+        "acme_directory = {:?}\nacme_ca_roots = {:?}\nacme_contact = [\"mailto:ops@tlsfront.test\"]\nstate_dir = {:?}\n",
+        pebble.directory,
+        pebble.https_ca.display().to_string(),
+        dir.path().join("state").display().to_string()
+    );
+    std::fs::write(&config, format!("{head}{}", site("a.tlsfront.test"))).unwrap();
+    let listen = format!("127.0.0.1:{port}");
+    let server = common::Server::run_with_env(
+        &config,
+        &["TLSFRONT_TEST_ACME_RENEW_SECS=6"],
+        &["--listen", &listen],
+    );
+    assert!(
+        server
+            .startup
+            .iter()
+            .any(|l| l.contains("no certificate yet for a.tlsfront.test")),
+        "{:?}",
+        server.startup
+    );
+    let out = server.wait_for_output("certificate issued by", 1);
+    assert!(
+        out.contains("for a.tlsfront.test, valid until"),
+        "{out}{}",
+        server.log()
+    );
+
+    let root = dir.path().join("pebble-root.pem");
+    std::fs::write(&root, pebble.mgmt_get("/roots/0")).unwrap();
+    let get = |name: &str| {
+        let out = tool("curl")
+            .args(["-sS", "--max-time", "20", "--cacert"])
+            .arg(&root)
+            .args(["--resolve", &format!("{name}:{port}:127.0.0.1")])
+            .arg(format!("https://{name}:{port}/id.txt"))
+            .output()
+            .unwrap();
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (body, err) = get("a.tlsfront.test");
+    assert_eq!(body, "acme site\n", "{err}");
+    let first = common::served_fingerprint(port, "a.tlsfront.test");
+
+    // Renewal when due: a new certificate, served without a restart.
+    let out = server.wait_for_output("certificate issued by", 2);
+    assert!(
+        out.matches("for a.tlsfront.test").count() >= 2,
+        "{out}{}",
+        server.log()
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while common::served_fingerprint(port, "a.tlsfront.test") == first && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_ne!(common::served_fingerprint(port, "a.tlsfront.test"), first);
+    let (body, err) = get("a.tlsfront.test");
+    assert_eq!(body, "acme site\n", "{err}");
+
+    // A site added by reload gets its certificate.
+    std::fs::write(
+        &config,
+        format!(
+            "{head}{}{}",
+            site("a.tlsfront.test"),
+            site("b.tlsfront.test")
+        ),
+    )
+    .unwrap();
+    server.reload();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !server.output().contains("for b.tlsfront.test, valid until") && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut got = get("b.tlsfront.test");
+    while got.0 != "acme site\n" && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        got = get("b.tlsfront.test");
+    }
+    assert_eq!(got.0, "acme site\n", "{}{}", got.1, server.output());
+    let (status, report) = server.stop();
+    assert!(status.success(), "{report}");
 }

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{s_client, sha256, tool, Server, Step};
+use common::{s_client, served_fingerprint, sha256, tool, Server, Step};
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -444,32 +444,6 @@ fn config_check_loads_every_certificate_and_names_each_fault() {
     );
     let (ok, out) = config_check(&missing);
     assert!(!ok && out.contains("/nonexistent/dir"), "{out}");
-}
-
-/// The SHA-256 fingerprint openssl sees for `name`.
-fn served_fingerprint(port: u16, name: &str) -> String {
-    let (out, err, _) = s_client(
-        port,
-        &["-servername", name, "-showcerts"],
-        &[Step::Sleep(200)],
-        Duration::from_secs(20),
-    );
-    let pem: String = {
-        let start = out
-            .find("-----BEGIN CERTIFICATE-----")
-            .unwrap_or_else(|| panic!("{out}{err}"));
-        let end = out[start..].find("-----END CERTIFICATE-----").unwrap() + start + 25;
-        out[start..end].to_string()
-    };
-    let mut x = tool("openssl")
-        .args(["x509", "-noout", "-fingerprint", "-sha256"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    x.stdin.take().unwrap().write_all(pem.as_bytes()).unwrap();
-    let out = x.wait_with_output().unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 #[test]

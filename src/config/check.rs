@@ -65,12 +65,18 @@ fn describe(s: &Settings, now: SystemTime, out: &mut String) -> usize {
     );
     let mut errors = 0;
     for (i, site) in s.sites.iter().enumerate() {
-        errors += describe_site(site, i == s.default_site, now, out);
+        errors += describe_site(site, &s.acme, i == s.default_site, now, out);
     }
     errors
 }
 
-fn describe_site(site: &Site, default: bool, now: SystemTime, out: &mut String) -> usize {
+fn describe_site(
+    site: &Site,
+    acme: &crate::acme::AcmeSettings,
+    default: bool,
+    now: SystemTime,
+    out: &mut String,
+) -> usize {
     let mut errors = 0;
     let mut error = |out: &mut String, m: String| {
         errors += 1;
@@ -119,7 +125,23 @@ fn describe_site(site: &Site, default: bool, now: SystemTime, out: &mut String) 
             .collect();
         let _ = writeln!(out, "  alpn {}", alpn.join(", "));
     }
-    if site.certs.is_empty() {
+    if site.acme {
+        let stored = match crate::acme::load_stored(acme, &site.names) {
+            Ok(Some(i)) => format!(
+                "stored, valid until {}",
+                httpdate::fmt_http_date(i.not_after)
+            ),
+            Ok(None) => "none stored yet: a temporary self-signed one until it is issued".into(),
+            Err(e) => format!("stored one unreadable: {e}"),
+        };
+        let _ = writeln!(
+            out,
+            "  certificate: from ACME ({}, TLS-ALPN-01 on this listener; account and \
+             certificates in {}): {stored}",
+            acme.directory,
+            acme.state_dir.display()
+        );
+    } else if site.certs.is_empty() {
         let _ = writeln!(
             out,
             "  certificate: the built-in self-signed one (localhost, 127.0.0.1, ::1; made on \

@@ -97,6 +97,9 @@ pub struct SiteFile {
     pub default: bool,
     pub cert: Option<OneOrMany>,
     pub key: Option<OneOrMany>,
+    /// The certificate comes from the ACME CA (`acme_directory`), answered
+    /// with TLS-ALPN-01 on the site's own listener.
+    pub acme: bool,
     /// Static files from this directory…
     pub root: Option<PathBuf>,
     pub autoindex: Option<bool>,
@@ -131,6 +134,16 @@ pub struct FileConfig {
     /// first encrypts, all decrypt (several servers resume each other's
     /// sessions). Unset: random keys rotated in memory.
     pub ticket_keys: Option<Vec<PathBuf>>,
+    /// Where the ACME account and certificates are kept (default: the
+    /// data directory, `$XDG_DATA_HOME/tlsfront`).
+    pub state_dir: Option<PathBuf>,
+    /// The ACME CA's directory URL (default: Let's Encrypt).
+    pub acme_directory: Option<String>,
+    /// Contact URIs for the ACME account (`mailto:…`).
+    pub acme_contact: Option<Vec<String>>,
+    /// Extra CA roots (PEM) to trust for the ACME directory's HTTPS (a
+    /// private CA).
+    pub acme_ca_roots: Option<PathBuf>,
     pub limits: Limits,
     pub timeouts: Timeouts,
 
@@ -193,6 +206,8 @@ impl FileConfig {
         };
         self.root.iter_mut().for_each(fix);
         self.ticket_keys.iter_mut().flatten().for_each(fix);
+        self.state_dir.iter_mut().for_each(fix);
+        self.acme_ca_roots.iter_mut().for_each(fix);
         self.cert.iter_mut().for_each(|c| c.rebase(base));
         self.key.iter_mut().for_each(|c| c.rebase(base));
         for s in &mut self.site {

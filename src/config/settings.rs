@@ -30,6 +30,9 @@ pub struct Settings {
     pub unknown_names: UnknownNames,
     /// Session ticket key files (empty: keys rotated in memory).
     pub ticket_keys: Vec<PathBuf>,
+    /// The ACME CA and where its account and certificates are kept (used
+    /// by sites with `acme = true`).
+    pub acme: crate::acme::AcmeSettings,
     /// Process-wide limits (`connections`), and every site's defaults.
     pub limits: Limits,
     /// Process-wide timeouts (`handshake`, `shutdown`), and every site's
@@ -53,6 +56,8 @@ pub struct Site {
     pub certs: Vec<(PathBuf, PathBuf)>,
     /// Where `cert` was set (for errors about the files).
     pub cert_origin: String,
+    /// The certificate comes from the ACME CA (`certs` is empty).
+    pub acme: bool,
     pub job: Job,
     pub alpn: Vec<Vec<u8>>,
     pub limits: Limits,
@@ -265,6 +270,20 @@ pub fn resolve(
         accept_proxy,
         unknown_names,
         ticket_keys: file.ticket_keys.unwrap_or_default(),
+        acme: crate::acme::AcmeSettings {
+            directory: file
+                .acme_directory
+                .clone()
+                .unwrap_or_else(|| crate::acme::LETS_ENCRYPT_PRODUCTION.to_string()),
+            contact: file.acme_contact.clone().unwrap_or_default(),
+            state_dir: match &file.state_dir {
+                Some(d) => d.join("acme"),
+                None => super::cert::data_dir()
+                    .map(|d| d.join("acme"))
+                    .unwrap_or_else(|_| PathBuf::from("acme")),
+            },
+            extra_roots: file.acme_ca_roots.clone(),
+        },
         limits: file.limits,
         timeouts: file.timeouts,
         sites,
@@ -464,7 +483,34 @@ fn resolve_site(
             *slot = v;
         }
     }
+    if s.acme {
+        if !certs.is_empty() {
+            return Err(invalid(
+                "acme",
+                "acme = true gets the certificate from the CA: leave cert and key out, \
+                 or acme out"
+                    .into(),
+            ));
+        }
+        if names.is_empty() {
+            return Err(invalid(
+                "acme",
+                "acme = true needs names = [\"example.com\", …]: the certificate is for them"
+                    .into(),
+            ));
+        }
+        if let Some(w) = names.iter().find(|n| n.starts_with("*.")) {
+            return Err(invalid(
+                "acme",
+                format!(
+                    "{w}: ACME proves names with TLS-ALPN-01 on this listener, which cannot \
+                     prove a wildcard (that takes DNS-01): list the names, or give cert and key"
+                ),
+            ));
+        }
+    }
     Ok(Site {
+        acme: s.acme,
         cert_origin: at("cert"),
         origin,
         names,

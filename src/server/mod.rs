@@ -7,6 +7,7 @@
 //! handshake, which picks the site by the name asked for, the choice of
 //! data path; then the site's service takes over.
 
+mod certs;
 pub(crate) mod sites;
 pub(crate) mod timer;
 mod worker;
@@ -43,6 +44,12 @@ pub(crate) struct Front {
     /// Warnings a flood of clients could repeat, at most one per kind per
     /// interval.
     pub log: LogLimit,
+    /// TLS-ALPN-01 answers being given, for the ACME CA's validation.
+    pub challenges: crate::acme::Challenges,
+    /// The configuration that answers them.
+    pub challenge_config: Arc<rustls::ServerConfig>,
+    /// Woken when new sites are swapped in (reload).
+    pub sites_changed: tokio::sync::Notify,
 }
 
 /// Open connections per worker unless set otherwise (nginx's
@@ -284,7 +291,17 @@ pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError>
     println!("{}", ktls.summary());
 
     let grace = secs(settings.timeouts.shutdown);
+    let challenges = crate::acme::Challenges::default();
+    let challenge_config = challenges
+        .server_config(shared.provider().clone())
+        .map_err(|e| StartError::Site {
+            origin: "ACME".into(),
+            message: e.to_string(),
+        })?;
     let front = Arc::new(Front {
+        challenges,
+        challenge_config,
+        sites_changed: tokio::sync::Notify::new(),
         sites: ArcSwap::from_pointee(sites),
         shared,
         ktls,
@@ -305,6 +322,7 @@ pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError>
     }
     // Nothing to do outside systemd (no NOTIFY_SOCKET).
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+    signals.rt.spawn(certs::manage(front.clone()));
 
     signals.wait(|| reload_sites(&front, &settings, reload.as_deref()));
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
@@ -372,6 +390,7 @@ fn reload_sites(
             }
             let n = sites.len();
             front.sites.store(Arc::new(sites));
+            front.sites_changed.notify_one();
             front
                 .metrics
                 .reloads

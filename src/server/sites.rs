@@ -17,6 +17,8 @@ use std::sync::Arc;
 
 /// Every site, and how names find them.
 pub(crate) struct Sites {
+    /// What they were built from (an ACME issuance rebuilds from it).
+    pub settings: Settings,
     list: Vec<Arc<SiteRt>>,
     /// Lower-case names (`*.example.com` for wildcards) → index in `list`.
     names: HashMap<String, usize>,
@@ -34,6 +36,20 @@ pub(crate) struct SiteRt {
     pub settings: Site,
     pub tls: ServerConfigs,
     pub job: SiteJob,
+    /// For a site with `acme = true`: the certificate it has now.
+    pub acme: Option<AcmeCert>,
+}
+
+/// The certificate of an ACME site, as loaded.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum AcmeCert {
+    /// None issued yet: a temporary self-signed one.
+    Placeholder,
+    /// Issued, valid between these.
+    Issued {
+        not_before: std::time::SystemTime,
+        not_after: std::time::SystemTime,
+    },
 }
 
 /// The service a site runs once TLS is up.
@@ -53,7 +69,12 @@ impl Sites {
         let mut list = Vec::with_capacity(settings.sites.len());
         let mut names = HashMap::new();
         for (i, site) in settings.sites.iter().enumerate() {
-            let tls = site_tls(site, shared, say)?;
+            let (tls, acme) = if site.acme {
+                let (tls, cert) = acme_site_tls(site, &settings.acme, shared, say)?;
+                (tls, Some(cert))
+            } else {
+                (site_tls(site, shared, say)?, None)
+            };
             let job = match &site.job {
                 Job::Files(f) => SiteJob::Files(StaticFiles::new(site, f)?),
                 Job::Backend(b) => SiteJob::Proxy(Proxy::new(site, b)),
@@ -65,12 +86,14 @@ impl Sites {
                 settings: site.clone(),
                 tls,
                 job,
+                acme,
             }));
         }
         let default = settings.default_site.min(list.len().saturating_sub(1));
         let answers_plain_http =
             matches!(list.get(default).map(|s| &s.job), Some(SiteJob::Files(_)));
         Ok(Sites {
+            settings: settings.clone(),
             list,
             names,
             default,
@@ -100,6 +123,13 @@ impl Sites {
         self.list.len()
     }
 
+    /// The sites with `acme = true`, and their certificates now.
+    pub fn acme_sites(&self) -> impl Iterator<Item = (&Site, AcmeCert)> {
+        self.list
+            .iter()
+            .filter_map(|s| Some((&s.settings, s.acme?)))
+    }
+
     /// The first site's service.
     pub fn first_job(&self) -> Option<&SiteJob> {
         self.list.first().map(|s| &s.job)
@@ -117,6 +147,61 @@ impl Sites {
             .max()
             .unwrap_or(1)
     }
+}
+
+/// An ACME site's certificate: the one the CA issued (stored in the state
+/// directory), or a temporary self-signed one until then.
+fn acme_site_tls(
+    site: &Site,
+    acme: &crate::acme::AcmeSettings,
+    shared: &TlsShared,
+    say: &mut dyn FnMut(String),
+) -> Result<(ServerConfigs, AcmeCert), StartError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let in_site = |e: &dyn std::fmt::Display| StartError::Site {
+        origin: format!("{}, setting acme", site.origin),
+        message: e.to_string(),
+    };
+    let names = site.names.join(", ");
+    let stored = crate::acme::load_stored(acme, &site.names).unwrap_or_else(|e| {
+        say(format!(
+            "warning: {}: stored ACME certificate for {names} unreadable: {e}",
+            site.origin
+        ));
+        None
+    });
+    let (chain_pem, key_pem, state) = match stored {
+        Some(i) => {
+            say(format!(
+                "certificate for {names} from ACME ({}), valid until {}",
+                acme.directory,
+                httpdate::fmt_http_date(i.not_after)
+            ));
+            let state = AcmeCert::Issued {
+                not_before: i.not_before,
+                not_after: i.not_after,
+            };
+            (i.chain_pem, i.key_pem, state)
+        }
+        None => {
+            say(format!(
+                "no certificate yet for {names}: a temporary self-signed one until {} issues it",
+                acme.directory
+            ));
+            let (c, k) = crate::acme::placeholder(&site.names).map_err(|e| in_site(&e))?;
+            (c, k, AcmeCert::Placeholder)
+        }
+    };
+    let chain = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| in_site(&e))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| in_site(&e))?;
+    let key = shared.certified_key(chain, key).map_err(|e| in_site(&e))?;
+    let tls = shared
+        .site(vec![key], site.alpn.clone())
+        .map_err(|e| in_site(&e))?;
+    Ok((tls, state))
 }
 
 /// A site's certificates and its TLS configurations.

@@ -188,6 +188,16 @@ async fn connection(
     let (tls, info, site) = {
         let mut chosen = None;
         let choose = |hello: &crate::tls::Hello| {
+            // An ACME CA validating a name we are getting a certificate
+            // for: its challenge answer, then the connection ends.
+            if hello.acme_challenge
+                && hello
+                    .sni
+                    .as_deref()
+                    .is_some_and(|n| front.challenges.get(n).is_some())
+            {
+                return Ok(front.challenge_config.clone());
+            }
             let site = sites.choose(hello.sni.as_deref())?;
             let config = site.tls.for_hello(hello);
             chosen = Some(site.clone());

@@ -97,6 +97,9 @@ pub struct Hello {
     pub sni: Option<String>,
     /// A `pre_shared_key` extension: the client tries to resume.
     pub offers_psk: bool,
+    /// ALPN offers `acme-tls/1` and nothing else: an ACME CA validating a
+    /// TLS-ALPN-01 challenge (RFC 8737 §3).
+    pub acme_challenge: bool,
     /// tlsfront ends the handshake with this refusal's alert.
     pub refusal: Option<Refusal>,
 }
@@ -214,6 +217,11 @@ fn parse(msg: &[u8], hello: &mut Hello) -> Option<()> {
             }
             ExtensionType::RenegotiationInfo => {
                 renegotiating = Reader(data).vec8().is_some_and(|v| !v.is_empty());
+            }
+            ExtensionType::ALProtocolNegotiation => {
+                let mut list = Reader(Reader(data).vec16()?);
+                let first = list.vec8();
+                hello.acme_challenge = first == Some(b"acme-tls/1") && list.0.is_empty();
             }
             _ => {}
         }

@@ -224,6 +224,14 @@ impl Server {
         Server::spawn(&["run", "--config", &config.display().to_string()], extra)
     }
 
+    /// `tlsfront run --config CONFIG` with `NAME=VALUE` settings in the
+    /// environment.
+    pub fn run_with_env(config: &Path, vars: &[&str], extra: &[&str]) -> Server {
+        let wrapper: Vec<&str> = std::iter::once("env").chain(vars.iter().copied()).collect();
+        let config = config.display().to_string();
+        Server::spawn_via(&wrapper, &["run", "--config", &config], extra)
+    }
+
     /// Send SIGHUP (reload the config); see `wait_for_output`/`wait_for_log`
     /// for its outcome.
     pub fn reload(&self) {
@@ -498,6 +506,32 @@ pub fn tool(program: &str) -> Command {
          provides {program:?} there (tests/install-packages.sh installs it)"
     );
     Command::new(program)
+}
+
+/// The SHA-256 fingerprint openssl sees for `name`.
+pub fn served_fingerprint(port: u16, name: &str) -> String {
+    let (out, err, _) = s_client(
+        port,
+        &["-servername", name, "-showcerts"],
+        &[Step::Sleep(200)],
+        Duration::from_secs(20),
+    );
+    let pem: String = {
+        let start = out
+            .find("-----BEGIN CERTIFICATE-----")
+            .unwrap_or_else(|| panic!("{out}{err}"));
+        let end = out[start..].find("-----END CERTIFICATE-----").unwrap() + start + 25;
+        out[start..end].to_string()
+    };
+    let mut x = tool("openssl")
+        .args(["x509", "-noout", "-fingerprint", "-sha256"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    x.stdin.take().unwrap().write_all(pem.as_bytes()).unwrap();
+    let out = x.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// A rustls client that trusts `ca` (the server's self-signed certificate).

@@ -1,0 +1,116 @@
+//! Certificates from ACME for the sites with `acme = true`: a task on the
+//! main thread's runtime that obtains each one the sites lack, renews each
+//! two thirds into its lifetime, retries failures with backoff, and swaps
+//! rebuilt sites in once a certificate is stored. The CA's TLS-ALPN-01
+//! validation arrives on the sites' own listeners (see `worker`).
+
+use super::sites::{AcmeCert, Sites};
+use super::Front;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// How long the task sleeps at most before it looks again.
+const LOOK_AGAIN: Duration = Duration::from_secs(3600);
+
+/// When `cert` is due for (re)issuance. In debug builds (the tests'),
+/// `TLSFRONT_TEST_ACME_RENEW_SECS` renews that long after issuance instead
+/// of two thirds into the lifetime; a release build never reads it.
+fn due(cert: AcmeCert) -> SystemTime {
+    match cert {
+        AcmeCert::Placeholder => SystemTime::UNIX_EPOCH,
+        AcmeCert::Issued {
+            not_before,
+            not_after,
+        } => {
+            #[cfg(debug_assertions)]
+            if let Some(s) = std::env::var("TLSFRONT_TEST_ACME_RENEW_SECS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+            {
+                return not_before + Duration::from_secs(s);
+            }
+            crate::acme::renew_at(not_before, not_after)
+        }
+    }
+}
+
+/// Failures in a row for a set of names, and when to try again.
+struct Backoff {
+    failures: u32,
+    next: SystemTime,
+}
+
+/// Run for the life of the process.
+pub(super) async fn manage(front: Arc<Front>) {
+    let mut backoff: HashMap<Vec<String>, Backoff> = HashMap::new();
+    loop {
+        let sites = front.sites.load_full();
+        let now = SystemTime::now();
+        let mut wake = now + LOOK_AGAIN;
+        let mut issued = false;
+        for (site, cert) in sites.acme_sites() {
+            let mut at = due(cert);
+            if let Some(b) = backoff.get(&site.names) {
+                at = at.max(b.next);
+            }
+            if at > now {
+                wake = wake.min(at);
+                continue;
+            }
+            let names = site.names.join(", ");
+            let acme = &sites.settings.acme;
+            match crate::acme::obtain(acme, &site.names, &front.challenges).await {
+                Ok(i) => {
+                    backoff.remove(&site.names);
+                    println!(
+                        "certificate issued by {} for {names}, valid until {}",
+                        acme.directory,
+                        httpdate::fmt_http_date(i.not_after)
+                    );
+                    issued = true;
+                }
+                Err(e) => {
+                    front.metrics.error("acme_failed");
+                    let b = backoff.entry(site.names.clone()).or_insert(Backoff {
+                        failures: 0,
+                        next: now,
+                    });
+                    b.failures += 1;
+                    let delay = crate::acme::retry_delay(b.failures);
+                    b.next = SystemTime::now() + delay;
+                    wake = wake.min(b.next);
+                    tracing::warn!(
+                        "ACME: no certificate for {names} ({} failure{} in a row), next try in \
+                         {} s: {e}",
+                        b.failures,
+                        if b.failures == 1 { "" } else { "s" },
+                        delay.as_secs()
+                    );
+                }
+            }
+        }
+        if issued {
+            rebuild(&front, &sites);
+            continue;
+        }
+        let sleep = wake
+            .duration_since(SystemTime::now())
+            .unwrap_or_default()
+            .max(Duration::from_millis(100));
+        tokio::select! {
+            _ = tokio::time::sleep(sleep) => {}
+            // A reload may have added sites.
+            _ = front.sites_changed.notified() => {}
+        }
+    }
+}
+
+/// Build the sites again from the settings they were built from (the new
+/// certificates are in the state directory now) and swap them in.
+fn rebuild(front: &Front, sites: &Sites) {
+    match Sites::build(&sites.settings, &front.shared, &mut |l| println!("{l}")) {
+        Ok(new) => front.sites.store(Arc::new(new)),
+        Err(e) => tracing::error!("the sites could not be rebuilt with the new certificate: {e}"),
+    }
+}
