@@ -3,12 +3,14 @@
 //! file bodies go out with `sendfile()`; where the kernel cannot take a
 //! connection it stays in user-space TLS (rustls), transparently.
 //!
-//! The parts: [`tls`] (rustls configuration, handshake, user-space path),
-//! [`ktls`] (the kernel handoff and kTLS sockets), [`http`] (requests and
-//! responses), [`files`] (the document root), [`server`] (workers and
-//! connections), [`proxy`] (TLS termination for TCP backends),
-//! [`config`], [`metrics`], [`privileges`] (running as another user),
-//! [`acme`] (certificates from an ACME CA, answered with TLS-ALPN-01).
+//! The data path, in the order a connection meets it: [`server`] (workers,
+//! listeners, the sites chosen by SNI, reloads), [`tls`] (rustls
+//! configuration, the handshake, the user-space path), [`ktls`] (the
+//! kernel handoff and kTLS sockets), then the site's service: [`serve`]
+//! (static files: [`http`] for requests and responses, [`files`] for the
+//! document root) or [`proxy`] (TLS termination for TCP backends). Beside
+//! it: [`config`] (the settings model), [`acme`] (certificates from an ACME
+//! CA), [`metrics`], [`privileges`] (running as another user).
 
 pub mod acme;
 pub mod bench;
@@ -22,6 +24,7 @@ pub mod lograte;
 pub mod metrics;
 pub mod privileges;
 pub mod proxy;
+pub mod serve;
 pub mod server;
 pub mod sys;
 pub mod tls;

@@ -36,6 +36,8 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 from compare_lib import servers as S  # noqa: E402
 
 RUN = "/run/kbench"
+# Sites of the "sites" group: the cost of a front for many names.
+SITES = 1000
 SUITES = {
     "aes128": "TLS_AES_128_GCM_SHA256",
     "aes256": "TLS_AES_256_GCM_SHA384",
@@ -243,6 +245,22 @@ def start_servers(cfg):
         f.write(S.NGINX.format(tag="tls", ssl=" ssl", tls=tls, **common))
     srv["nginx"] = Server("nginx", ["nginx", "-p", RUN, "-c", conf, "-e",
                                     os.path.join(RUN, "nginx-error.log")], p, "serve")
+    only = set(cfg.get("only") or [])
+    if not only or "sites" in only:
+        # The same server with SITES sites: 999 others, then the one the
+        # clients ask for (localhost), each with its own certificate
+        # objects, as a front for many names holds them.
+        sites = os.path.join(RUN, "sites.toml")
+        with open(sites, "w") as f:
+            for i in range(SITES - 1):
+                f.write(f'[[site]]\nnames = ["s{i}.bench.test"]\nroot = "{RUN}/www"\n'
+                        f'cert = "{cert}"\nkey = "{key}"\n')
+            f.write(f'[[site]]\nnames = ["localhost"]\nroot = "{RUN}/www"\n'
+                    f'cert = "{cert}"\nkey = "{key}"\n')
+            f.write(S.TLSFRONT_TOML)
+        p = next_port()
+        srv["tlsfront-sites"] = Server("tlsfront-sites", [tlsfront, "run", "--config", sites, "--listen",
+                                                          f"127.0.0.1:{p}", "--workers", "1"], p, "serve")
     p = next_port()
     srv["tlsfront-proxy"] = Server("tlsfront-proxy", [tlsfront, "proxy", "--listen", f"127.0.0.1:{p}",
                                                       "--backend", f"127.0.0.1:{backend}", "--cert", cert,
@@ -680,6 +698,22 @@ def main():
                 primed = first_session(srv[name])
                 case("repeat", "resumed handshake + GET 1k (again)", srv[name], "session", cfg["sessions"],
                      lambda: sessions(srv[name], cfg["sessions"], True, primed), cipher="aes128")
+        if want("sites"):
+            n = cfg["sessions"]
+            for name in ("tlsfront-sites", "tlsfront"):
+                sessions(srv[name], 5, False)
+                case("sites", f"full handshake + GET 1k, {SITES} sites vs 1", srv[name], "session", n,
+                     lambda: sessions(srv[name], n, False), cipher="aes128")
+            for name in ("tlsfront-sites", "tlsfront"):
+                primed = first_session(srv[name])
+                case("sites", f"resumed handshake + GET 1k, {SITES} sites vs 1", srv[name], "session", n,
+                     lambda: sessions(srv[name], n, True, primed), cipher="aes128")
+            settle()
+            one, many = S.rss_kib(srv["tlsfront"].pids()), S.rss_kib(srv["tlsfront-sites"].pids())
+            emit(dict(case=f"RSS per site ({SITES} sites)", group="sitemem", server="tlsfront-sites",
+                      unit="site", units=SITES - 1,
+                      detail={"sites": SITES, "rss_one_kib": one, "rss_many_kib": many,
+                              "kib_per_site": (many - one) / (SITES - 1)}))
         if want("idle"):
             for name in ("tlsfront", "nginx"):
                 log(f"idle {name}")

@@ -7,8 +7,8 @@
 use crate::config::cert;
 use crate::config::settings::{Job, Settings, Site};
 use crate::config::UnknownNames;
-use crate::http::session::StaticFiles;
 use crate::proxy::Proxy;
+use crate::serve::StaticFiles;
 use crate::server::StartError;
 use crate::tls::{Refusal, ServerConfigs, TlsShared};
 use ipnet::IpNet;

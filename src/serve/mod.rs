@@ -1,19 +1,21 @@
-//! The static file service: one HTTP/1.1 session per TLS connection, with
+//! The static file service of a site with a `root` (beside `proxy`, the
+//! service of a site with a `backend`): one HTTP/1.1 session per TLS
+//! connection, with
 //! keep-alive and pipelining, the request-phase timeouts, and the response
 //! to each request (files with ranges and preconditions, redirects,
 //! listings, errors). Buffers exist only while a request is being read or
 //! answered; file bodies go out through the transport's `send_file`
 //! (`sendfile()` on kTLS).
 
-use super::conditional::{self, Outcome};
-use super::path;
-use super::range::{self, RangeResult};
-use super::request::{self, Body, Expect, HeadLimits, Method, RequestHead};
-use super::response::{error_page, Reply};
 use crate::config::settings::{Files, Site};
 use crate::config::{secs, Limits, Timeouts};
 use crate::files::{DocRoot, RootError};
 use crate::files::{FileError, Lookup, OpenFile};
+use crate::http::conditional::{self, Outcome};
+use crate::http::path;
+use crate::http::range::{self, RangeResult};
+use crate::http::request::{self, Body, Expect, HeadLimits, Method, RequestHead};
+use crate::http::response::{error_page, Reply};
 use crate::lograte::LogLimit;
 use crate::server::timer::{timeout, timeout_at};
 use crate::server::{ConnInfo, Front, Tls};
