@@ -46,6 +46,13 @@ pub enum PrivilegeError {
     },
 }
 
+/// The same identity (wherever it was set).
+impl PartialEq for RunAs {
+    fn eq(&self, other: &RunAs) -> bool {
+        (self.uid, self.gid) == (other.uid, other.gid)
+    }
+}
+
 impl RunAs {
     /// Look up `user` (and `group`, else the user's own group).
     /// `origin(key)` names where `key` was set. Refused at once unless this

@@ -158,7 +158,7 @@ fn pp(v: Option<ProxyVersion>) -> &'static str {
 }
 
 /// One line per site, for a server with names.
-fn describe_sites(settings: &Settings, sites: &Sites) -> Vec<String> {
+fn describe_sites(settings: &Settings) -> Vec<String> {
     if settings.sites.len() == 1 && settings.sites[0].names.is_empty() {
         return Vec::new();
     }
@@ -178,7 +178,6 @@ fn describe_sites(settings: &Settings, sites: &Sites) -> Vec<String> {
             } else {
                 ""
             };
-            let _ = sites;
             format!("site {}{default}: {what}", s.names.join(", "))
         })
         .collect()
@@ -282,7 +281,7 @@ pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError>
         who.switch()?;
         println!("{}", who.describe());
     }
-    for line in describe_sites(&settings, &sites) {
+    for line in describe_sites(&settings) {
         println!("{line}");
     }
     for a in &bound {
@@ -370,10 +369,7 @@ fn reload_sites(
                 ("listen", new.listen != started.listen),
                 ("workers", new.workers != started.workers),
                 ("ktls", new.ktls != started.ktls),
-                (
-                    "user/group",
-                    format!("{:?}", new.run_as) != format!("{:?}", started.run_as),
-                ),
+                ("user/group", new.run_as != started.run_as),
                 (
                     "[limits] connections",
                     new.limits.connections != started.limits.connections,

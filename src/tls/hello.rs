@@ -274,6 +274,7 @@ mod tests {
         suites: &'a [u16],
         versions: &'a [u16],
         reneg: Option<&'a [u8]>,
+        alpn: &'a [&'a [u8]],
     }
 
     const TLS13: Spec<'static> = Spec {
@@ -283,6 +284,7 @@ mod tests {
         suites: &[0x1301],
         versions: &[0x0304, 0x0303],
         reneg: None,
+        alpn: &[],
     };
 
     fn ext(out: &mut Vec<u8>, typ: u16, data: &[u8]) {
@@ -314,6 +316,16 @@ mod tests {
             let mut data = vec![r.len() as u8];
             data.extend_from_slice(r);
             ext(&mut exts, EXT_RENEGOTIATION_INFO, &data);
+        }
+        if !spec.alpn.is_empty() {
+            let mut list = Vec::new();
+            for p in spec.alpn {
+                list.push(p.len() as u8);
+                list.extend_from_slice(p);
+            }
+            let mut data = (list.len() as u16).to_be_bytes().to_vec();
+            data.extend_from_slice(&list);
+            ext(&mut exts, 16, &data);
         }
         if spec.psk {
             // One identity (4 bytes, age 0), one 32-byte binder.
@@ -361,6 +373,24 @@ mod tests {
         });
         assert_eq!(h.sni.as_deref(), Some("example.com"));
         assert_eq!(hello(&TLS13), Hello::default());
+    }
+
+    /// RFC 8737 §3: a validation offers `acme-tls/1` and nothing else.
+    #[test]
+    fn tells_an_acme_validation_apart() {
+        let acme = |alpn| {
+            hello(&Spec {
+                sni: Some("a.test"),
+                alpn,
+                ..TLS13
+            })
+            .acme_challenge
+        };
+        assert!(acme(&[b"acme-tls/1"]));
+        assert!(!acme(&[]));
+        assert!(!acme(&[b"http/1.1"]));
+        assert!(!acme(&[b"acme-tls/1", b"http/1.1"]));
+        assert!(!acme(&[b"h2", b"acme-tls/1"]));
     }
 
     #[test]
