@@ -7,6 +7,9 @@
 use nix::unistd::{Gid, Group, Uid, User};
 use std::ffi::CString;
 
+/// This process has taken the configured user's identity.
+static SWITCHED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The identity to run as, resolved from names.
 #[derive(Clone, Debug)]
 pub struct RunAs {
@@ -56,8 +59,9 @@ impl PartialEq for RunAs {
 impl RunAs {
     /// Look up `user` (and `group`, else the user's own group).
     /// `origin(key)` names where `key` was set. Refused at once unless this
-    /// process runs as root, which alone can switch, or already runs as
-    /// that user (a reload after the switch reads the same settings).
+    /// process runs as root, which alone can switch, or has switched to
+    /// that user already (a reload after the switch reads the same
+    /// settings).
     pub fn resolve(
         user: &str,
         group: Option<&str>,
@@ -69,14 +73,14 @@ impl RunAs {
             user: user.into(),
             uid: now,
         };
-        if !now.is_root()
+        let switched_to_it = SWITCHED.load(std::sync::atomic::Ordering::Relaxed)
             && User::from_uid(now)
                 .ok()
                 .flatten()
                 .map(|u| u.name)
                 .as_deref()
-                != Some(user)
-        {
+                == Some(user);
+        if !now.is_root() && !switched_to_it {
             return Err(not_root());
         }
         let found = User::from_name(user)
@@ -149,6 +153,7 @@ impl RunAs {
         if nix::unistd::setuid(Uid::from_raw(0)).is_ok() {
             return Err(step("dropping root")(nix::Error::EPERM));
         }
+        SWITCHED.store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
