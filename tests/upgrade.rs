@@ -21,7 +21,8 @@ const MIB: usize = 1 << 20;
 /// body of a 200, or what went wrong.
 fn get(port: u16, config: &Arc<rustls::ClientConfig>, path: &str) -> Result<Vec<u8>, String> {
     let sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
-    sock.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
     let conn = rustls::ClientConnection::new(config.clone(), name).map_err(|e| e.to_string())?;
     let mut tls = rustls::StreamOwned::new(conn, sock);
@@ -64,8 +65,10 @@ fn new_pid(output: &str) -> Option<u32> {
 
 /// Is `pid` a live process (not gone, not a zombie)?
 fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| !r.starts_with(" Z")))
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, r)| !r.starts_with(" Z"))
+    })
 }
 
 /// Stop a process this test does not own (the new one, whose parent was
@@ -167,7 +170,10 @@ fn an_upgrade_under_load_refuses_nothing() {
         total - after_upgrade
     );
     assert!(failures.is_empty(), "failed requests: {failures:?}");
-    assert!(total >= after_upgrade + 32, "too few requests after the upgrade");
+    assert!(
+        total >= after_upgrade + 32,
+        "too few requests after the upgrade"
+    );
 
     // The slow download, started on the old process, completes intact, and
     // the old process exits 0 once it has.
@@ -208,7 +214,10 @@ fn a_failed_upgrade_keeps_the_old_process_serving() {
     let root = common::fixture().root.display().to_string();
     let server = Server::spawn_bin(&bin, &[], &["serve", &root], &[]);
     let config = client_config(&server.ca());
-    assert_eq!(get(server.port, &config, "/hello.txt").unwrap(), b"hello world\n");
+    assert_eq!(
+        get(server.port, &config, "/hello.txt").unwrap(),
+        b"hello world\n"
+    );
 
     // A broken new build: the file at the path the server was started from
     // is now one that exits at once.
@@ -226,7 +235,10 @@ fn a_failed_upgrade_keeps_the_old_process_serving() {
     assert!(log.contains("broken build"), "{log}");
     assert!(!server.output().contains("upgraded:"));
     for _ in 0..5 {
-        assert_eq!(get(server.port, &config, "/hello.txt").unwrap(), b"hello world\n");
+        assert_eq!(
+            get(server.port, &config, "/hello.txt").unwrap(),
+            b"hello world\n"
+        );
     }
     let (status, report) = server.stop();
     assert!(status.success(), "{status}: {report}");
@@ -258,7 +270,14 @@ fn socket_activation_takes_the_inherited_socket() {
         }
     });
     let server = Server::spawn_via(
-        &["systemd-socket-activate", "-l", &addr],
+        // It passes on only the environment it is told to (-E).
+        &[
+            "systemd-socket-activate",
+            "-l",
+            &addr,
+            "-E",
+            "XDG_DATA_HOME",
+        ],
         &["serve", &root],
         &["--listen", &addr],
     );
