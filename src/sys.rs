@@ -298,6 +298,56 @@ pub fn heap_trim() -> bool {
     }
 }
 
+/// Take ownership of a descriptor another process left us by number
+/// (systemd's `LISTEN_FDS`, the readiness pipe of an upgrade). Fails with
+/// `EBADF` when no such descriptor is open.
+pub fn inherited_fd(raw: std::os::fd::RawFd) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: F_GETFD only reads the descriptor's flags; any number is valid
+    // to ask about.
+    check(unsafe { libc::fcntl(raw, libc::F_GETFD) })?;
+    // SAFETY: the descriptor is open (checked above), and the callers take
+    // each number once, at start-up, from the protocol that handed it to
+    // this process: nothing else in the process owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) })
+}
+
+/// Have `cmd`'s child start with `fds` as descriptors 3, 4, … in order,
+/// inheritable (as sd_listen_fds expects). `fds` must be close-on-exec
+/// duplicates numbered at or above `3 + fds.len()` (see
+/// [`fds_above`]), so that placing one never overwrites another; they stay
+/// owned by `cmd` and close with it.
+pub fn pass_fds(cmd: &mut std::process::Command, fds: Vec<std::os::fd::OwnedFd>) {
+    use std::os::unix::process::CommandExt;
+    // The numbers are read here, before the fork: the closure allocates
+    // nothing.
+    let raws: Vec<libc::c_int> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    // SAFETY: the closure runs in the child between fork and exec, where
+    // only async-signal-safe functions may be called: it calls dup2 only
+    // (which also clears close-on-exec on the new number), and touches only
+    // `raws`, built before the fork. `fds` is moved in so that the numbers
+    // stay open until the child has been spawned.
+    unsafe {
+        cmd.pre_exec(move || {
+            let _open = &fds;
+            for (i, &from) in raws.iter().enumerate() {
+                check(libc::dup2(from, 3 + i as libc::c_int))?;
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Close-on-exec duplicates of `fds`, each numbered `min` or above.
+pub fn fds_above(
+    fds: &[BorrowedFd<'_>],
+    min: std::os::fd::RawFd,
+) -> io::Result<Vec<std::os::fd::OwnedFd>> {
+    fds.iter()
+        .map(|fd| Ok(rustix::io::fcntl_dupfd_cloexec(fd, min)?))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -131,7 +131,13 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
         // Wait for the next request. Back-to-back requests keep their
         // buffers; a connection idle beyond a moment holds none.
         if filled == 0 {
-            if *stop.borrow() {
+            // Draining closes a connection between requests (a client
+            // retries on a new connection, as when a keep-alive connection
+            // times out), but not before its first one: that client reached
+            // this process just now (during an upgrade, say) and would see
+            // its request fail. It is answered, within the header timeout.
+            let drain_closes = served > 0;
+            if drain_closes && *stop.borrow() {
                 return End::Close;
             }
             let idle = if served == 0 {
@@ -149,7 +155,7 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
                         Err(_) if released => return End::Close,
                         Err(_) => {}
                     },
-                    _ = stop.changed() => return End::Close,
+                    _ = stop.changed(), if drain_closes => return End::Close,
                 }
                 buf = Vec::new();
                 out = Vec::new();

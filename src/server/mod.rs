@@ -8,9 +8,12 @@
 //! data path; then the site's service takes over.
 
 mod certs;
+mod handover;
 pub(crate) mod sites;
 pub(crate) mod timer;
 mod worker;
+
+pub use handover::UpgradeError;
 
 use crate::config::{secs, ConfigError, KtlsMode, ProxyVersion, Settings, Timeouts};
 use crate::ktls::stream::KtlsStream;
@@ -97,6 +100,11 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
         hint: &'static str,
+    },
+    #[error("cannot use the inherited listening socket on {addr}: {source}")]
+    Inherited {
+        addr: SocketAddr,
+        source: std::io::Error,
     },
     #[error("cannot start: {0}")]
     Runtime(std::io::Error),
@@ -219,16 +227,74 @@ fn listener(addr: SocketAddr, defer_secs: u32) -> std::io::Result<std::net::TcpL
 
 type PerWorker = Vec<Vec<std::net::TcpListener>>;
 
-/// Bind one listener per worker for each address (port 0: the first gets a
-/// port, the others share it).
+/// The listeners, per worker and per address.
+struct Bound {
+    per_worker: PerWorker,
+    /// Each configured address as it is bound (port 0 resolved).
+    addrs: Vec<SocketAddr>,
+    /// One duplicate of every distinct listening socket, kept to hand on
+    /// to a new process on SIGUSR2.
+    handover: Vec<std::os::fd::OwnedFd>,
+}
+
+/// One listener per worker for each address (port 0: the first gets a
+/// port, the others share it), or the sockets inherited for it.
 fn bind_all(
     listen: &[SocketAddr],
     workers: usize,
     defer_secs: u32,
-) -> Result<(PerWorker, Vec<SocketAddr>), StartError> {
+    inherited: &mut Vec<(SocketAddr, std::net::TcpListener)>,
+) -> Result<Bound, StartError> {
     let mut per_worker: PerWorker = (0..workers).map(|_| Vec::new()).collect();
-    let mut bound = Vec::new();
+    let mut addrs = Vec::new();
+    let mut handover = Vec::new();
+    let dup = |l: &std::net::TcpListener| l.as_fd().try_clone_to_owned();
     for &want in listen {
+        let taken = handover::take_for(want, inherited);
+        if !taken.is_empty() {
+            let addr = taken[0].local_addr().map_err(StartError::Runtime)?;
+            let prepare = |l: &std::net::TcpListener| -> std::io::Result<()> {
+                l.set_nonblocking(true)?;
+                let s = socket2::SockRef::from(l);
+                s.set_tcp_nodelay(true)?;
+                sys::set_defer_accept(l.as_fd(), defer_secs)
+            };
+            for l in &taken {
+                prepare(l)
+                    .and_then(|()| dup(l))
+                    .map(|d| handover.push(d))
+                    .map_err(|source| StartError::Inherited { addr, source })?;
+            }
+            println!(
+                "{addr}: took the inherited listening socket{} (not bound again)",
+                if taken.len() == 1 {
+                    String::new()
+                } else {
+                    format!("s ({})", taken.len())
+                }
+            );
+            // systemd passes one socket per address (a hand-over on SIGUSR2
+            // passes one per old worker): fewer sockets than workers are
+            // shared, each worker accepting on its own duplicate. Accepting
+            // on one socket from several threads is safe, but the kernel
+            // no longer spreads connections among the workers as
+            // SO_REUSEPORT does: whichever worker wakes first takes them.
+            let k = taken.len();
+            if k >= workers {
+                for (j, l) in taken.into_iter().enumerate() {
+                    per_worker[j % workers].push(l);
+                }
+            } else {
+                for (i, w) in per_worker.iter_mut().enumerate() {
+                    let l = taken[i % k]
+                        .try_clone()
+                        .map_err(|source| StartError::Inherited { addr, source })?;
+                    w.push(l);
+                }
+            }
+            addrs.push(addr);
+            continue;
+        }
         let mut addr = want;
         for w in per_worker.iter_mut() {
             let l = listener(addr, defer_secs).map_err(|source| StartError::Bind {
@@ -237,11 +303,21 @@ fn bind_all(
                 source,
             })?;
             addr = l.local_addr().map_err(StartError::Runtime)?;
+            handover.push(dup(&l).map_err(StartError::Runtime)?);
             w.push(l);
         }
-        bound.push(addr);
+        addrs.push(addr);
     }
-    Ok((per_worker, bound))
+    for (addr, _) in inherited.drain(..) {
+        tracing::warn!(
+            "inherited a listening socket on {addr}, which no listen address of the              configuration names: closed (add it to listen, or remove it from the socket unit)"
+        );
+    }
+    Ok(Bound {
+        per_worker,
+        addrs,
+        handover,
+    })
 }
 
 /// Load the sites, bind, take the configured user's identity, announce,
@@ -252,9 +328,14 @@ fn bind_all(
 /// the workers run, reloading while a reload runs, and stopping when the
 /// drain begins.
 pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError> {
+    // Before any thread starts: taking them removes their variables from
+    // the environment.
+    let mut inherited = handover::take_inherited();
+    let ready = handover::take_ready_fd();
+    let exec = handover::Exec::current();
     // Signal handlers first: once the port is announced, a supervisor may
     // send SIGTERM at any time, and it must mean "drain", not "die".
-    let signals = Signals::install().map_err(StartError::Runtime)?;
+    let mut signals = Signals::install().map_err(StartError::Runtime)?;
     // A connection's whole-chunk buffers (the user-space send queue) get
     // their own mappings, so that the room a stalled connection gives back
     // goes back to the kernel at once, not into the heap until a trim.
@@ -275,7 +356,11 @@ pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError>
     );
     // Wait for the ClientHello in the kernel as long as the handshake may take.
     let defer = settings.timeouts.handshake.ceil() as u32;
-    let (listeners, bound) = bind_all(&settings.listen, workers, defer)?;
+    let Bound {
+        per_worker: listeners,
+        addrs: bound,
+        handover,
+    } = bind_all(&settings.listen, workers, defer, &mut inherited)?;
     // Keys are read and ports bound: nothing needs root from here on.
     if let Some(who) = &settings.run_as {
         who.switch()?;
@@ -319,19 +404,69 @@ pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError>
             .map_err(StartError::Runtime)?;
         threads.push(t);
     }
-    // Nothing to do outside systemd (no NOTIFY_SOCKET).
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
     signals.rt.spawn(certs::manage(front.clone()));
+    match ready {
+        // Started by an upgrade: the old process tells systemd (MAINPID).
+        Some(fd) => handover::report_ready(fd),
+        // Nothing to do outside systemd (no NOTIFY_SOCKET).
+        None => {
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+        }
+    }
 
-    signals.wait(|| reload_sites(&front, &settings, reload.as_deref()));
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
-    println!("shutting down: no new connections, finishing what is in flight (up to {grace:?})");
+    let stop = signals.wait(
+        || reload_sites(&front, &settings, reload.as_deref()),
+        || upgrade(&exec, &handover, &front),
+    );
+    drop(handover);
+    match stop {
+        Stop::Signal => {
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+            println!(
+                "shutting down: no new connections, finishing what is in flight (up to {grace:?})"
+            );
+        }
+        // Not STOPPING=1: the service goes on, in the new process.
+        Stop::Upgraded(pid) => println!(
+            "upgraded: new process {pid} serves; this one accepts no more, finishing what is \
+             in flight (up to {grace:?})"
+        ),
+    }
     let _ = stop_tx.send(true);
     for t in threads {
         let _ = t.join();
     }
     println!("{}", front.metrics.report());
     Ok(())
+}
+
+/// SIGUSR2: start the executable anew (the file now at the path this one
+/// was started from) on the same listening sockets, and once it is ready
+/// make it systemd's main process; its pid. On failure this process keeps
+/// serving, and says why.
+fn upgrade(exec: &handover::Exec, sockets: &[std::os::fd::OwnedFd], front: &Front) -> Option<u32> {
+    println!("SIGUSR2: starting a new process on the same sockets");
+    match exec.start(sockets) {
+        Ok(pid) => {
+            // Under systemd (Type=notify) the new process becomes the
+            // service's main process before this one exits.
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::MainPid(pid)]);
+            Some(pid)
+        }
+        Err(e) => {
+            front.metrics.error("upgrade_failed");
+            tracing::error!("upgrade failed, still serving in this process: {e}");
+            None
+        }
+    }
+}
+
+/// Why the signal loop ended.
+enum Stop {
+    /// SIGTERM or SIGINT.
+    Signal,
+    /// SIGUSR2 started this new process, now serving.
+    Upgraded(u32),
 }
 
 /// SIGHUP: read the settings again and swap the new sites in, or keep the
@@ -489,13 +624,14 @@ fn fit_connections(
     }
 }
 
-/// SIGTERM, SIGINT and SIGHUP, caught from before the first line is
+/// SIGTERM, SIGINT, SIGHUP and SIGUSR2, caught from before the first line is
 /// printed.
 struct Signals {
     rt: tokio::runtime::Runtime,
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
+    usr2: tokio::signal::unix::Signal,
 }
 
 impl Signals {
@@ -504,32 +640,46 @@ impl Signals {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let (term, int, hup) = {
+        let (term, int, hup, usr2) = {
             let _guard = rt.enter();
             (
                 signal(SignalKind::terminate())?,
                 signal(SignalKind::interrupt())?,
                 signal(SignalKind::hangup())?,
+                signal(SignalKind::user_defined2())?,
             )
         };
-        Ok(Signals { rt, term, int, hup })
+        Ok(Signals {
+            rt,
+            term,
+            int,
+            hup,
+            usr2,
+        })
     }
 
-    /// Until SIGTERM or SIGINT, calling `on_hup` for each SIGHUP and
-    /// looking after the heap meanwhile.
-    fn wait(mut self, on_hup: impl Fn()) {
+    /// Until SIGTERM or SIGINT, or a SIGUSR2 for which `on_usr2` started a
+    /// new process (its pid); calling `on_hup` for each SIGHUP and looking
+    /// after the heap meanwhile. The signals go on being caught until the
+    /// process exits.
+    fn wait(&mut self, on_hup: impl Fn(), on_usr2: impl Fn() -> Option<u32>) -> Stop {
         self.rt.block_on(async {
             let mut check = tokio::time::interval(HEAP_CHECK);
             check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
-                    _ = self.term.recv() => break,
-                    _ = self.int.recv() => break,
+                    _ = self.term.recv() => return Stop::Signal,
+                    _ = self.int.recv() => return Stop::Signal,
                     _ = self.hup.recv() => on_hup(),
+                    _ = self.usr2.recv() => {
+                        if let Some(pid) = on_usr2() {
+                            return Stop::Upgraded(pid);
+                        }
+                    }
                     _ = check.tick() => release_free_heap(),
                 }
             }
-        });
+        })
     }
 }
 

@@ -285,15 +285,21 @@ impl Server {
     }
 
     /// `wrapper` (a command that execs the rest, e.g. prlimit), then tlsfront.
-    fn spawn_via(wrapper: &[&str], command: &[&str], extra: &[&str]) -> Server {
+    pub fn spawn_via(wrapper: &[&str], command: &[&str], extra: &[&str]) -> Server {
+        Server::spawn_bin(Path::new(BIN), wrapper, command, extra)
+    }
+
+    /// Like [`Server::spawn_via`], with the tlsfront executable at `bin`
+    /// (a copy of [`BIN`], say, to be replaced while it runs).
+    pub fn spawn_bin(bin: &Path, wrapper: &[&str], command: &[&str], extra: &[&str]) -> Server {
         let data = tempfile::tempdir().unwrap();
         let mut cmd = match wrapper.split_first() {
             Some((first, rest)) => {
                 let mut c = tool(first);
-                c.args(rest).arg(BIN);
+                c.args(rest).arg(bin);
                 c
             }
-            None => Command::new(BIN),
+            None => Command::new(bin),
         };
         cmd.args(command);
         if !extra.contains(&"--listen") {
@@ -424,6 +430,27 @@ impl Server {
         args.extend_from_slice(extra);
         args.push(&url);
         String::from_utf8_lossy(&self.curl(&args).stdout).into_owned()
+    }
+
+    /// Send `signal` to the server process.
+    pub fn signal(&self, signal: rustix::process::Signal) {
+        let pid = rustix::process::Pid::from_raw(self.pid() as i32).unwrap();
+        rustix::process::kill_process(pid, signal).unwrap();
+    }
+
+    /// Wait up to `limit` for the server process to exit by itself; its
+    /// status, or `None` if it still runs.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return Some(s);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// SIGTERM; wait; return the exit status and the metrics report.

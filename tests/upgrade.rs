@@ -1,0 +1,299 @@
+//! Upgrades without a refused connection: SIGUSR2 starts the executable
+//! anew on the same listening sockets while clients keep coming (every
+//! request answered, every body intact, a slow download in flight finished
+//! by the old process, which then exits 0); a new executable that fails
+//! leaves the old one serving; and systemd socket activation, through
+//! systemd's own `systemd-socket-activate`.
+
+mod common;
+
+use common::{client_config, sha256, tool, Server};
+use rustix::process::Signal;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const MIB: usize = 1 << 20;
+
+/// One HTTPS GET on a new connection (rustls, `Connection: close`): the
+/// body of a 200, or what went wrong.
+fn get(port: u16, config: &Arc<rustls::ClientConfig>, path: &str) -> Result<Vec<u8>, String> {
+    let sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
+    sock.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(config.clone(), name).map_err(|e| e.to_string())?;
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    tls.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .map_err(|e| format!("send: {e}"))?;
+    let mut got = Vec::new();
+    let read = tls.read_to_end(&mut got);
+    let end = got
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| format!("no response head ({read:?}, {} bytes)", got.len()))?;
+    let head = String::from_utf8_lossy(&got[..end]).into_owned();
+    if !head.starts_with("HTTP/1.1 200 ") {
+        return Err(format!("status: {head}"));
+    }
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .ok_or("no Content-Length")?;
+    let body = got.split_off(end + 4);
+    if body.len() != len {
+        return Err(format!("body {} of {len} bytes ({read:?})", body.len()));
+    }
+    Ok(body)
+}
+
+/// The pid in the old process's `upgraded: new process PID ...` line.
+fn new_pid(output: &str) -> Option<u32> {
+    output
+        .lines()
+        .find_map(|l| l.strip_prefix("upgraded: new process "))
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+}
+
+/// Is `pid` a live process (not gone, not a zombie)?
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, r)| !r.starts_with(" Z"))
+    })
+}
+
+/// Stop a process this test does not own (the new one, whose parent was
+/// the old one), within 30 s.
+fn stop_pid(pid: u32) {
+    let p = rustix::process::Pid::from_raw(pid as i32).unwrap();
+    let _ = rustix::process::kill_process(p, Signal::TERM);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while alive(pid) {
+        if Instant::now() > deadline {
+            let _ = rustix::process::kill_process(p, Signal::KILL);
+            panic!("process {pid} did not stop within 30 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn an_upgrade_under_load_refuses_nothing() {
+    let _serial = common::serial();
+    let mut server = Server::start(&[]);
+    let port = server.port;
+    let old = server.pid();
+    let config = client_config(&server.ca());
+    let want = sha256(&std::fs::read(common::file_path(MIB)).unwrap());
+
+    // A slow download, in flight across the upgrade: the old process
+    // finishes it while draining.
+    let slow_out = server.data.path().join("slow.bin");
+    let slow = {
+        let mut c = tool("curl");
+        c.arg("--cacert")
+            .arg(server.ca())
+            .args(["-sS", "--max-time", "60", "--limit-rate", "256k", "-o"])
+            .arg(&slow_out)
+            .arg(server.url(&format!("/f{MIB}.bin")));
+        c.spawn().expect("run curl")
+    };
+
+    // Eight clients, each one request after another on new connections.
+    let done = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (done, ok, config, want) = (done.clone(), ok.clone(), config.clone(), want.clone());
+            std::thread::spawn(move || {
+                let mut failures = Vec::new();
+                let deadline = Instant::now() + Duration::from_secs(60);
+                for _ in 0..2000 {
+                    if done.load(SeqCst) || Instant::now() > deadline {
+                        break;
+                    }
+                    match get(port, &config, &format!("/f{MIB}.bin")) {
+                        Ok(body) if sha256(&body) == want => {
+                            ok.fetch_add(1, SeqCst);
+                        }
+                        Ok(body) => failures.push(format!("corrupt body of {} bytes", body.len())),
+                        Err(e) => failures.push(e),
+                    }
+                }
+                failures
+            })
+        })
+        .collect();
+
+    let wait_ok = |n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while ok.load(SeqCst) < n && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    wait_ok(16);
+    // The slow download has started (curl is past the handshake).
+    std::thread::sleep(Duration::from_millis(300));
+    let before = ok.load(SeqCst);
+    server.signal(Signal::USR2);
+    let out = server.wait_for_output("upgraded: new process", 1);
+    let new = new_pid(&out).unwrap_or_else(|| panic!("no upgrade announced: {out}"));
+    assert_ne!(new, old);
+    assert!(alive(new), "the new process {new} is not running");
+    // The new process said what it took over.
+    assert!(
+        out.contains(&format!(
+            "127.0.0.1:{port}: took the inherited listening socket"
+        )),
+        "{out}"
+    );
+    // Keep the clients going on the new process for a while.
+    let after_upgrade = ok.load(SeqCst);
+    wait_ok(after_upgrade + 32);
+    done.store(true, SeqCst);
+    let failures: Vec<String> = clients
+        .into_iter()
+        .flat_map(|c| c.join().unwrap())
+        .collect();
+    let total = ok.load(SeqCst);
+    eprintln!(
+        "{total} downloads of 1 MiB: {before} before SIGUSR2, {} after the new process was ready",
+        total - after_upgrade
+    );
+    assert!(failures.is_empty(), "failed requests: {failures:?}");
+    assert!(
+        total >= after_upgrade + 32,
+        "too few requests after the upgrade"
+    );
+
+    // The slow download, started on the old process, completes intact, and
+    // the old process exits 0 once it has.
+    let status = wait_child(slow, Duration::from_secs(60));
+    assert!(status.success(), "slow curl: {status}");
+    assert_eq!(sha256(&std::fs::read(&slow_out).unwrap()), want);
+    let exit = server.wait_exit(Duration::from_secs(30));
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "old process: {exit:?}\n{}",
+        server.output()
+    );
+    // The new one still serves.
+    let body = get(port, &config, &format!("/f{MIB}.bin")).unwrap();
+    assert_eq!(sha256(&body), want);
+    stop_pid(new);
+}
+
+fn wait_child(mut child: std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("child did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_failed_upgrade_keeps_the_old_process_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("tlsfront");
+    std::fs::copy(common::BIN, &bin).unwrap();
+    let root = common::fixture().root.display().to_string();
+    let server = Server::spawn_bin(&bin, &[], &["serve", &root], &[]);
+    let config = client_config(&server.ca());
+    assert_eq!(
+        get(server.port, &config, "/hello.txt").unwrap(),
+        b"hello world\n"
+    );
+
+    // A broken new build: the file at the path the server was started from
+    // is now one that exits at once.
+    std::fs::remove_file(&bin).unwrap();
+    std::fs::write(&bin, "#!/bin/sh\necho 'broken build' >&2\nexit 1\n").unwrap();
+    std::fs::set_permissions(&bin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+
+    server.signal(Signal::USR2);
+    let log = server.wait_for_log("upgrade failed");
+    assert!(
+        log.contains("upgrade failed, still serving in this process")
+            && log.contains("exited before it was ready"),
+        "{log}"
+    );
+    assert!(log.contains("broken build"), "{log}");
+    assert!(!server.output().contains("upgraded:"));
+    for _ in 0..5 {
+        assert_eq!(
+            get(server.port, &config, "/hello.txt").unwrap(),
+            b"hello world\n"
+        );
+    }
+    let (status, report) = server.stop();
+    assert!(status.success(), "{status}: {report}");
+    assert!(report.contains("upgrade_failed 1"), "{report}");
+}
+
+#[test]
+fn socket_activation_takes_the_inherited_socket() {
+    // A free port, for systemd-socket-activate to listen on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let root = common::fixture().root.display().to_string();
+    // systemd-socket-activate (without --accept) starts the program on the
+    // first connection, as systemd does for a socket unit: make one.
+    let knock = addr.clone();
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(c) = TcpStream::connect(&knock) {
+                std::thread::sleep(Duration::from_millis(500));
+                drop(c);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let server = Server::spawn_via(
+        // It passes on only the environment it is told to (-E).
+        &[
+            "systemd-socket-activate",
+            "-l",
+            &addr,
+            "-E",
+            "XDG_DATA_HOME",
+        ],
+        &["serve", &root],
+        &["--listen", &addr],
+    );
+    assert_eq!(server.port, port);
+    assert!(
+        server
+            .startup
+            .iter()
+            .any(|l| l == &format!("{addr}: took the inherited listening socket (not bound again)")),
+        "{:?}",
+        server.startup
+    );
+    let config = client_config(&server.ca());
+    for _ in 0..10 {
+        assert_eq!(get(port, &config, "/hello.txt").unwrap(), b"hello world\n");
+    }
+    let (status, report) = server.stop();
+    assert!(status.success(), "{status}: {report}");
+}
