@@ -13,25 +13,15 @@ use std::time::{Duration, SystemTime};
 /// How long the task sleeps at most before it looks again.
 const LOOK_AGAIN: Duration = Duration::from_secs(3600);
 
-/// When `cert` is due for (re)issuance. In debug builds (the tests'),
-/// `TLSFRONT_TEST_ACME_RENEW_SECS` renews that long after issuance instead
-/// of two thirds into the lifetime; a release build never reads it.
+/// When `cert` is due for (re)issuance: at once for a placeholder, else
+/// two thirds into its lifetime.
 fn due(cert: AcmeCert) -> SystemTime {
     match cert {
         AcmeCert::Placeholder => SystemTime::UNIX_EPOCH,
         AcmeCert::Issued {
             not_before,
             not_after,
-        } => {
-            #[cfg(debug_assertions)]
-            if let Some(s) = std::env::var("TLSFRONT_TEST_ACME_RENEW_SECS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-            {
-                return not_before + Duration::from_secs(s);
-            }
-            crate::acme::renew_at(not_before, not_after)
-        }
+        } => crate::acme::renew_at(not_before, not_after),
     }
 }
 

@@ -224,14 +224,6 @@ impl Server {
         Server::spawn(&["run", "--config", &config.display().to_string()], extra)
     }
 
-    /// `tlsfront run --config CONFIG` with `NAME=VALUE` settings in the
-    /// environment.
-    pub fn run_with_env(config: &Path, vars: &[&str], extra: &[&str]) -> Server {
-        let wrapper: Vec<&str> = std::iter::once("env").chain(vars.iter().copied()).collect();
-        let config = config.display().to_string();
-        Server::spawn_via(&wrapper, &["run", "--config", &config], extra)
-    }
-
     /// Send SIGHUP (reload the config); see `wait_for_output`/`wait_for_log`
     /// for its outcome.
     pub fn reload(&self) {
