@@ -36,6 +36,9 @@ pub enum Command {
     /// Check a config file (nginx -t, hitch --test).
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// ACME certificates of the sites with `acme = true`.
+    #[command(subcommand)]
+    Acme(AcmeCommand),
     /// Show what this kernel's TLS offload can do, and how to fix each "no".
     Check,
     /// Measure an HTTPS server (download, tps, requests).
@@ -50,6 +53,20 @@ pub enum ConfigCommand {
     Check {
         /// The config file.
         file: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AcmeCommand {
+    /// Revoke the stored certificate of the site with NAME (a key that may
+    /// have leaked) and remove it: at the next reload (SIGHUP, `systemctl
+    /// reload tlsfront`) the site serves a placeholder and gets a new one.
+    Revoke {
+        /// The config file the server runs with.
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// A name of the site.
+        name: String,
     },
 }
 

@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use std::process::ExitCode;
-use tlsfront::cli::{Cli, Command, ConfigCommand};
+use tlsfront::cli::{AcmeCommand, Cli, Command, ConfigCommand, GlobalArgs, RunArgs};
 use tlsfront::config::{ConfigError, Settings};
 
 fn main() -> ExitCode {
@@ -28,6 +28,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             };
         }
+        Command::Acme(AcmeCommand::Revoke { config, name }) => revoke(config, &name),
         Command::Bench(args) => tlsfront::bench::run(*args).map_err(|e| e.to_string()),
         Command::Check => {
             let (text, all) = tlsfront::check::report(&tlsfront::ktls::Support::probe());
@@ -45,6 +46,51 @@ fn main() -> ExitCode {
             eprintln!("tlsfront: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `tlsfront acme revoke`: revoke the certificate stored for the ACME site
+/// that has `name`, and remove it.
+fn revoke(config: std::path::PathBuf, name: &str) -> Result<(), String> {
+    let settings = RunArgs {
+        config,
+        global: GlobalArgs::default(),
+    }
+    .resolve()
+    .map_err(|e| e.to_string())?;
+    let want = name.trim_end_matches('.').to_ascii_lowercase();
+    let Some(site) = settings
+        .sites
+        .iter()
+        .find(|s| s.acme && s.names.contains(&want))
+    else {
+        return Err(format!(
+            "no site with acme = true has the name {name:?} in {}",
+            settings
+                .file
+                .as_ref()
+                .map_or_else(String::new, |p| p.display().to_string())
+        ));
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    match rt.block_on(tlsfront::acme::revoke_stored(&settings.acme, &site.names)) {
+        Ok(Some(serial)) => {
+            println!(
+                "revoked the certificate for {} (serial {serial}) and removed it: reload \
+                 tlsfront (SIGHUP, systemctl reload tlsfront) to serve a new one",
+                site.names.join(", ")
+            );
+            Ok(())
+        }
+        Ok(None) => Err(format!(
+            "no certificate is stored for {} in {}",
+            site.names.join(", "),
+            settings.acme.state_dir.display()
+        )),
+        Err(e) => Err(e.to_string()),
     }
 }
 

@@ -628,6 +628,37 @@ fn tlsfront_gets_renews_and_adds_certificates_by_acme() {
         got = get("b.tlsfront.test");
     }
     assert_eq!(got.0, "acme site\n", "{}{}", got.1, server.output());
+
+    // Revoke and replace: `tlsfront acme revoke` revokes the stored
+    // certificate at the CA and removes it; the reload serves a placeholder
+    // and gets a new one.
+    let out = std::process::Command::new(common::BIN)
+        .args(["acme", "revoke", "--config"])
+        .arg(&config)
+        .arg("a.tlsfront.test")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let serial = said
+        .split("(serial ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .unwrap_or_else(|| panic!("{said}"));
+    assert_eq!(pebble.cert_status(serial), "Revoked", "{said}");
+    server.reload();
+    server.wait_for_output("no certificate yet for a.tlsfront.test", 1);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut got = get("a.tlsfront.test");
+    while got.0 != "acme site\n" && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        got = get("a.tlsfront.test");
+    }
+    assert_eq!(got.0, "acme site\n", "{}{}", got.1, server.output());
     let (status, report) = server.stop();
     assert!(status.success(), "{report}");
 }

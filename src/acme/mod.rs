@@ -479,6 +479,41 @@ pub async fn revoke(settings: &AcmeSettings, chain_pem: &str) -> Result<(), Acme
     }
 }
 
+/// Revoke the certificate stored for `names` and remove it, so that the
+/// next load of the sites (a reload) starts over with a placeholder and
+/// obtains a new one: what to do when its key may have leaked. Returns the
+/// revoked certificate's serial (hex, as the CA shows it); `Ok(None)`: none
+/// was stored.
+pub async fn revoke_stored(
+    settings: &AcmeSettings,
+    names: &[String],
+) -> Result<Option<String>, AcmeError> {
+    let Some(issued) = load_stored(settings, names)? else {
+        return Ok(None);
+    };
+    revoke(settings, &issued.chain_pem).await?;
+    let names = normalize(names)?;
+    let dir = cert_dir(settings, &names[0]);
+    for file in ["fullchain.pem", "key.pem"] {
+        let path = dir.join(file);
+        std::fs::remove_file(&path).map_err(|source| AcmeError::Io {
+            action: "remove",
+            path,
+            source,
+        })?;
+    }
+    let serial = CertificateDer::pem_slice_iter(issued.chain_pem.as_bytes())
+        .next()
+        .and_then(Result::ok)
+        .and_then(|leaf| {
+            x509_parser::parse_x509_certificate(&leaf)
+                .ok()
+                .map(|(_, c)| c.tbs_certificate.serial.to_str_radix(16))
+        })
+        .unwrap_or_default();
+    Ok(Some(serial))
+}
+
 /// A self-signed certificate (ECDSA P-256) for `names`, to serve until the
 /// first issuance: (chain PEM, key PEM). No client trusts it; it lets the
 /// listener come up, and answer TLS-ALPN-01, before any certificate exists.
