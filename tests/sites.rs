@@ -9,59 +9,11 @@
 
 mod common;
 
-use common::{s_client, served_fingerprint, sha256, tool, Server, Step};
+use common::{s_client, served_fingerprint, sha256, tool, Ca, Server, Step};
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// A test CA that signs each site's certificates.
-struct Ca {
-    dir: tempfile::TempDir,
-    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
-    pem: PathBuf,
-}
-
-impl Ca {
-    fn new() -> Ca {
-        let dir = tempfile::tempdir().unwrap();
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "tlsfront test CA");
-        let cert = params.self_signed(&key).unwrap();
-        let pem = dir.path().join("ca.pem");
-        std::fs::write(&pem, cert.pem()).unwrap();
-        Ca {
-            dir,
-            issuer: rcgen::Issuer::new(params, key),
-            pem,
-        }
-    }
-
-    /// A certificate for `names` (ECDSA P-256, or RSA 2048 with `rsa`),
-    /// written as `<file>.pem` and `<file>.key`; their paths.
-    fn issue(&self, file: &str, names: &[String], rsa: bool) -> (PathBuf, PathBuf) {
-        let key = if rsa {
-            rcgen::KeyPair::generate_for(&rcgen::PKCS_RSA_SHA256).unwrap()
-        } else {
-            rcgen::KeyPair::generate().unwrap()
-        };
-        let mut params = rcgen::CertificateParams::new(names.to_vec()).unwrap();
-        params.distinguished_name.push(
-            rcgen::DnType::CommonName,
-            format!("{file} {}", if rsa { "rsa" } else { "ecdsa" }),
-        );
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        let c = self.dir.path().join(format!("{file}.pem"));
-        let k = self.dir.path().join(format!("{file}.key"));
-        std::fs::write(&c, cert.pem()).unwrap();
-        std::fs::write(&k, key.serialize_pem()).unwrap();
-        (c, k)
-    }
-}
 
 /// A document root holding `id.txt` = `id`.
 fn root_with_id(base: &Path, id: &str) -> PathBuf {

@@ -297,3 +297,93 @@ fn socket_activation_takes_the_inherited_socket() {
     let (status, report) = server.stop();
     assert!(status.success(), "{status}: {report}");
 }
+
+/// An upgrade of `tlsfront run` with sites and ticket key files, while
+/// `tlsfront bench tps` opens sessions (resuming them) without pause: no
+/// session fails, the new process serves the certificate now on disk, and
+/// sessions made with the old process resume on the new one (the ticket
+/// keys come from the files, not from memory).
+#[test]
+fn an_upgrade_of_many_sites_keeps_sessions_and_takes_the_new_certificate() {
+    let _serial = common::serial();
+    let ca = common::Ca::new();
+    let dir = tempfile::tempdir().unwrap();
+    let names = vec!["localhost".to_string()];
+    let (c1, k1) = ca.issue("up-1", &names, false);
+    let (c2, k2) = ca.issue("up-2", &names, false);
+    let (cert, key) = (dir.path().join("live.pem"), dir.path().join("live.key"));
+    std::fs::copy(&c1, &cert).unwrap();
+    std::fs::copy(&k1, &key).unwrap();
+    std::fs::write(dir.path().join("ticket.key"), common::content(80, 9)).unwrap();
+    let www = dir.path().join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("1k"), common::content(1024, 3)).unwrap();
+    let config = dir.path().join("up.toml");
+    std::fs::write(
+        &config,
+        "ticket_keys = [\"ticket.key\"]\n\
+         [[site]]\nnames = [\"localhost\"]\nroot = \"www\"\ncert = \"live.pem\"\nkey = \"live.key\"\n\
+         [[site]]\nnames = [\"other.test\"]\nroot = \"www\"\ncert = \"live.pem\"\nkey = \"live.key\"\n",
+    )
+    .unwrap();
+    let mut server = Server::run(&config, &[]);
+    let port = server.port;
+    let before = common::served_fingerprint(port, "localhost");
+
+    let json = dir.path().join("tps.json");
+    let mut tps = std::process::Command::new(common::BIN)
+        .args(["bench", "tps", &format!("https://localhost:{port}/1k")])
+        .args([
+            "--ramp",
+            "30:30:30",
+            "--step-seconds",
+            "8",
+            "--requests-per-session",
+            "1",
+        ])
+        .args(["--threads", "1", "--ca"])
+        .arg(&ca.pem)
+        .arg("--json")
+        .arg(&json)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    // A renewed certificate on disk, then the upgrade.
+    std::fs::copy(&c2, &cert).unwrap();
+    std::fs::copy(&k2, &key).unwrap();
+    server.signal(Signal::USR2);
+    let out = server.wait_for_output("upgraded: new process", 1);
+    let new = new_pid(&out).unwrap_or_else(|| panic!("no upgrade announced: {out}"));
+    assert_ne!(common::served_fingerprint(port, "localhost"), before);
+
+    let mut err_pipe = tps.stderr.take().unwrap();
+    let status = wait_child(tps, Duration::from_secs(60));
+    let mut err = String::new();
+    let _ = err_pipe.read_to_string(&mut err);
+    assert!(status.success(), "bench tps: {err}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["summary"]["failed"], 0, "{}", v["errors"]);
+    let exit = server.wait_exit(Duration::from_secs(30));
+    assert!(exit.is_some_and(|s| s.success()), "old process: {exit:?}");
+    stop_pid(new);
+    // The new process's report comes last: it resumed the sessions the old
+    // one made, and made few full handshakes of its own.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.output().matches("handshakes: ").count() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = server.output();
+    let last = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("handshakes: "))
+        .next_back()
+        .unwrap_or_else(|| panic!("no report from the new process: {out}"));
+    let n: Vec<u64> = last
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let (full, resumed) = (n[0], n[1]);
+    assert!(resumed > 0 && full <= 2, "new process: {last}\n{out}");
+}
