@@ -256,17 +256,21 @@ fn socket_activation_takes_the_inherited_socket() {
     let addr = format!("127.0.0.1:{port}");
     let root = common::fixture().root.display().to_string();
     // systemd-socket-activate (without --accept) starts the program on the
-    // first connection, as systemd does for a socket unit: make one.
+    // first connection, as systemd does for a socket unit: knock until
+    // tlsfront has started (a knock may come before the socket is bound,
+    // or, on a busy machine, reach another test's server that had the port
+    // a moment before).
     let knock = addr.clone();
+    let started = Arc::new(AtomicBool::new(false));
+    let knocking = started.clone();
     std::thread::spawn(move || {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !knocking.load(SeqCst) && Instant::now() < deadline {
             if let Ok(c) = TcpStream::connect(&knock) {
-                std::thread::sleep(Duration::from_millis(500));
+                std::thread::sleep(Duration::from_millis(200));
                 drop(c);
-                return;
             }
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(50));
         }
     });
     let server = Server::spawn_via(
@@ -281,6 +285,7 @@ fn socket_activation_takes_the_inherited_socket() {
         &["serve", &root],
         &["--listen", &addr],
     );
+    started.store(true, SeqCst);
     assert_eq!(server.port, port);
     assert!(
         server

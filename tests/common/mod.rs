@@ -313,16 +313,25 @@ impl Server {
                 log.push('\n');
             }
         });
-        let mut out = BufReader::new(child.stdout.take().unwrap());
+        // Lines come through a channel, so that a server that prints
+        // nothing cannot hold the test past the deadline.
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                if lines_tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
         let mut startup = Vec::new();
         let mut port = 0;
         let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            let mut line = String::new();
-            if out.read_line(&mut line).unwrap_or(0) == 0 {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok(line) = lines.recv_timeout(left) else {
                 break;
-            }
-            let line = line.trim_end().to_string();
+            };
             if let Some(rest) = line.split("https://").nth(1) {
                 if port == 0 {
                     let hostport = rest.split('/').next().unwrap();
@@ -335,16 +344,19 @@ impl Server {
                 break;
             }
         }
-        assert!(port != 0, "tlsfront did not start: {startup:?}");
+        if port == 0 {
+            let _ = child.kill();
+        }
+        assert!(port != 0, "tlsfront did not start within 30 s: {startup:?}");
         // Keep draining stdout so the server never blocks on it; keep the
         // text for `stop`.
         let rest = std::sync::Arc::new(Mutex::new(String::new()));
         let sink = rest.clone();
         std::thread::spawn(move || {
-            let mut line = String::new();
-            while out.read_line(&mut line).unwrap_or(0) > 0 {
-                sink.lock().unwrap().push_str(&line);
-                line.clear();
+            for line in lines {
+                let mut rest = sink.lock().unwrap();
+                rest.push_str(&line);
+                rest.push('\n');
             }
         });
         REST.lock().unwrap().insert(port, rest);
