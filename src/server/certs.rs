@@ -80,7 +80,20 @@ pub(super) async fn manage(front: Arc<Front>) {
                 }
             }
         }
-        if issued {
+        // A stapled OCSP response must stop being stapled once its
+        // nextUpdate passes (and one not valid yet starts being stapled at
+        // its thisUpdate). Rather than a clock check in every handshake,
+        // the sites are rebuilt at the earliest such time: the build reads
+        // the response files again and staples only what is valid then
+        // (also a newer file a cron job put there meanwhile).
+        let ocsp_due = sites.ocsp_recheck.filter(|&t| {
+            wake = wake.min(t);
+            t <= now
+        });
+        if issued || ocsp_due.is_some() {
+            if ocsp_due.is_some() && !issued {
+                println!("OCSP staples are due for a look: rebuilding the sites");
+            }
             rebuild(&front, &sites);
             continue;
         }
@@ -101,6 +114,10 @@ pub(super) async fn manage(front: Arc<Front>) {
 fn rebuild(front: &Front, sites: &Sites) {
     match Sites::build(&sites.settings, &front.shared, &mut |l| println!("{l}")) {
         Ok(new) => front.sites.store(Arc::new(new)),
-        Err(e) => tracing::error!("the sites could not be rebuilt with the new certificate: {e}"),
+        // The old sites stay; a stale OCSP staple in them stays too, which
+        // clients treat as no staple at best: say so loudly.
+        Err(e) => tracing::error!(
+            "the sites could not be rebuilt (new certificate or OCSP staple due): {e}"
+        ),
     }
 }
