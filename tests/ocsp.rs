@@ -2,7 +2,8 @@
 //! tools: an openssl CA signs the certificates and `openssl ocsp` (as a
 //! responder over an index.txt) writes the responses; `openssl s_client
 //! -status` shows what is stapled over TLS 1.3 and TLS 1.2. A good response
-//! is stapled; a revoked, expired or foreign one is not (and is warned
+//! is stapled; a revoked, expired or foreign one (another certificate's,
+//! or another CA's for the same serial) is not (and is warned
 //! about); a reload with a new file staples the new one; a response whose
 //! nextUpdate passes while the server runs stops being stapled without a
 //! reload; `tlsfront config check` reports each.
@@ -218,9 +219,15 @@ fn good_staples_bad_ones_do_not_and_reloads_and_expiry_take_effect() {
         ("s.test", "1004"),
         ("w.test", "1005"),
         ("other.test", "1006"),
+        ("k.test", "1007"),
     ] {
         pki.leaf(name, serial);
     }
+    // k.test: a response from another CA of the same name for the same
+    // serial (only the issuer key hash tells).
+    let other_ca = Pki::new();
+    other_ca.leaf("k.test", "1007");
+    other_ca.respond("k.test", "1007", false, &pki.path("k.test.der"));
     pki.respond("g.test", "1001", false, &pki.path("g.test.der"));
     pki.respond("r.test", "1002", true, &pki.path("r.test.der"));
     pki.respond("e.test", "1003", false, &pki.path("e.test.der"));
@@ -234,7 +241,7 @@ fn good_staples_bad_ones_do_not_and_reloads_and_expiry_take_effect() {
     pki.respond("other.test", "1006", false, &pki.path("w.test.der"));
 
     let config = pki.path("ocsp.toml");
-    let text: String = ["g.test", "r.test", "e.test", "s.test", "w.test"]
+    let text: String = ["g.test", "r.test", "e.test", "s.test", "w.test", "k.test"]
         .iter()
         .map(|n| site(n, &root))
         .collect();
@@ -255,6 +262,8 @@ fn good_staples_bad_ones_do_not_and_reloads_and_expiry_take_effect() {
         "r.test.der: the certificate is REVOKED",
         "e.test.der expired on",
         "w.test.der is for another certificate: serial 1006, the certificate's is 1005",
+        "k.test.der is for another certificate: same serial and issuer name, but another \
+         issuer key",
     ] {
         assert!(report.contains(want), "{want:?} not in:\n{report}");
     }
@@ -279,7 +288,7 @@ fn good_staples_bad_ones_do_not_and_reloads_and_expiry_take_effect() {
     for v in ["-tls1_3", "-tls1_2"] {
         let out = staple(port, "g.test", v);
         assert!(stapled_good(&out), "g.test {v}: {out}");
-        for bad in ["r.test", "e.test", "w.test"] {
+        for bad in ["r.test", "e.test", "w.test", "k.test"] {
             let out = staple(port, bad, v);
             assert!(not_stapled(&out), "{bad} {v}: {out}");
         }
