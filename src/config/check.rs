@@ -1,7 +1,8 @@
 //! `tlsfront config check FILE` (what `nginx -t` and `hitch --test` do):
 //! resolve the file as `run` would, load every certificate and key, check
 //! that each key belongs to its certificate and that the certificate covers
-//! the site's names, warn about certificates that expire soon, open every
+//! the site's names, warn about certificates that expire soon, check each
+//! OCSP response to staple (good, for that certificate, current), open every
 //! document root, and print the resolved sites.
 
 use super::cert;
@@ -148,7 +149,7 @@ fn describe_site(
              first run): for testing only"
         );
     }
-    for (c, k) in &site.certs {
+    for (i, (c, k)) in site.certs.iter().enumerate() {
         let id = match cert::load(Some(c), Some(k)) {
             Ok(id) => id,
             Err(e) => {
@@ -190,6 +191,19 @@ fn describe_site(
             httpdate::fmt_http_date(facts.not_before),
             httpdate::fmt_http_date(facts.not_after),
         );
+        // As the server does: a response that fails is not stapled, which
+        // is a warning (tlsfront starts, the certificate goes unstapled).
+        if let Some(o) = site.ocsp.get(i).and_then(Option::as_ref) {
+            let _ = match crate::tls::ocsp::load(o, &id.chain, now) {
+                Ok(staple) => writeln!(
+                    out,
+                    "  OCSP response {}: {}",
+                    o.display(),
+                    crate::tls::ocsp::describe(&staple)
+                ),
+                Err(e) => writeln!(out, "  warning: {e}; not stapled"),
+            };
+        }
         for n in &site.names {
             if !cert::covers(&leaf, n) {
                 error(

@@ -97,6 +97,9 @@ pub struct SiteFile {
     pub default: bool,
     pub cert: Option<OneOrMany>,
     pub key: Option<OneOrMany>,
+    /// A DER OCSP response per certificate, stapled in handshakes (nginx's
+    /// `ssl_stapling_file`); in the same order as `cert`.
+    pub ocsp: Option<OneOrMany>,
     /// The certificate comes from the ACME CA (`acme_directory`), answered
     /// with TLS-ALPN-01 on the site's own listener.
     pub acme: bool,
@@ -151,6 +154,7 @@ pub struct FileConfig {
     pub names: Vec<String>,
     pub cert: Option<OneOrMany>,
     pub key: Option<OneOrMany>,
+    pub ocsp: Option<OneOrMany>,
     pub root: Option<PathBuf>,
     pub autoindex: Option<bool>,
     pub follow_symlinks_outside: Option<bool>,
@@ -210,11 +214,13 @@ impl FileConfig {
         self.acme_ca_roots.iter_mut().for_each(fix);
         self.cert.iter_mut().for_each(|c| c.rebase(base));
         self.key.iter_mut().for_each(|c| c.rebase(base));
+        self.ocsp.iter_mut().for_each(|c| c.rebase(base));
         for s in &mut self.site {
             let s = s.get_mut();
             s.root.iter_mut().for_each(fix);
             s.cert.iter_mut().for_each(|c| c.rebase(base));
             s.key.iter_mut().for_each(|c| c.rebase(base));
+            s.ocsp.iter_mut().for_each(|c| c.rebase(base));
         }
     }
 
@@ -223,6 +229,7 @@ impl FileConfig {
         let any = !self.names.is_empty()
             || self.cert.is_some()
             || self.key.is_some()
+            || self.ocsp.is_some()
             || self.root.is_some()
             || self.autoindex.is_some()
             || self.follow_symlinks_outside.is_some()
@@ -234,6 +241,7 @@ impl FileConfig {
             default: true,
             cert: self.cert.clone(),
             key: self.key.clone(),
+            ocsp: self.ocsp.clone(),
             root: self.root.clone(),
             autoindex: self.autoindex,
             follow_symlinks_outside: self.follow_symlinks_outside,

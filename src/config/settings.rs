@@ -54,6 +54,9 @@ pub struct Site {
     /// (certificate chain, key) pairs; empty: the built-in self-signed
     /// certificate.
     pub certs: Vec<(PathBuf, PathBuf)>,
+    /// The OCSP response file to staple for each of `certs` (same length;
+    /// all `None` without `ocsp`).
+    pub ocsp: Vec<Option<PathBuf>>,
     /// Where `cert` was set (for errors about the files).
     pub cert_origin: String,
     /// The certificate comes from the ACME CA (`certs` is empty).
@@ -379,6 +382,34 @@ fn resolve_site(
         }
     };
 
+    let ocsp: Vec<Option<PathBuf>> = match &s.ocsp {
+        None => vec![None; certs.len()],
+        Some(_) if s.acme => {
+            return Err(invalid(
+                "ocsp",
+                "acme = true sites get their certificate from the CA, and tlsfront does not \
+                 staple OCSP for those: leave ocsp out (or give cert, key and ocsp instead of \
+                 acme)"
+                    .into(),
+            ))
+        }
+        Some(o) => {
+            let o = o.paths();
+            if o.len() != certs.len() {
+                return Err(invalid(
+                    "ocsp",
+                    format!(
+                        "{} OCSP response file(s) for {} certificate file(s): give one \
+                         response per certificate, in the same order as cert",
+                        o.len(),
+                        certs.len()
+                    ),
+                ));
+            }
+            o.into_iter().map(Some).collect()
+        }
+    };
+
     let job = match (&s.root, &s.backend) {
         (Some(_), Some(_)) => {
             return Err(invalid(
@@ -515,6 +546,7 @@ fn resolve_site(
         origin,
         names,
         certs,
+        ocsp,
         job,
         alpn: alpn.into_iter().map(String::into_bytes).collect(),
         limits: site_limits,
@@ -656,6 +688,18 @@ mod tests {
             (
                 "root = \"/x\"\n[[site]]\nnames = [\"a.test\"]\nroot = \"/y\"\n",
                 "move them into a [[site]]",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\ncert = [\"a\", \"b\"]\nkey = [\"k\", \"l\"]\nocsp = \"o.der\"\n",
+                "line 1 ([[site]] #1), setting ocsp: 1 OCSP response file(s) for 2 certificate file(s)",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nocsp = \"o.der\"\n",
+                "setting ocsp: 1 OCSP response file(s) for 0 certificate file(s)",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nacme = true\nocsp = \"o.der\"\n",
+                "setting ocsp: acme = true sites",
             ),
             ("listen = [\"nope\"]\nroot = \"/x\"\n", "line 1, setting listen"),
             (

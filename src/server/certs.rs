@@ -3,6 +3,11 @@
 //! two thirds into its lifetime, retries failures with backoff, and swaps
 //! rebuilt sites in once a certificate is stored. The CA's TLS-ALPN-01
 //! validation arrives on the sites' own listeners (see `worker`).
+//!
+//! The same task drops stale OCSP staples (`ocsp = …` sites): it rebuilds
+//! the sites when the earliest stapled response's nextUpdate passes
+//! ([`Sites::ocsp_recheck`]), and the rebuild staples only what is valid
+//! then.
 
 use super::sites::{AcmeCert, Sites};
 use super::Front;
@@ -12,6 +17,9 @@ use std::time::{Duration, SystemTime};
 
 /// How long the task sleeps at most before it looks again.
 const LOOK_AGAIN: Duration = Duration::from_secs(3600);
+
+/// How long after a failed rebuild the task tries again.
+const REBUILD_RETRY: Duration = Duration::from_secs(60);
 
 /// When `cert` is due for (re)issuance: at once for a placeholder, else
 /// two thirds into its lifetime.
@@ -80,8 +88,32 @@ pub(super) async fn manage(front: Arc<Front>) {
                 }
             }
         }
-        if issued {
-            rebuild(&front, &sites);
+        // A stapled OCSP response must stop being stapled once its
+        // nextUpdate passes (and one not valid yet starts being stapled at
+        // its thisUpdate). Rather than a clock check in every handshake,
+        // the sites are rebuilt at the earliest such time: the build reads
+        // the response files again and staples only what is valid then
+        // (also a newer file a cron job put there meanwhile).
+        let ocsp_due = match sites.ocsp_recheck {
+            Some(t) if t <= now => true,
+            Some(t) => {
+                wake = wake.min(t);
+                false
+            }
+            None => false,
+        };
+        if issued || ocsp_due {
+            if ocsp_due && !issued {
+                println!("OCSP staples are due for a look: rebuilding the sites");
+            }
+            if !rebuild(&front, &sites) {
+                // Not rebuilt (logged): the same sites would be due again
+                // at once; look again in a while, or after a reload.
+                tokio::select! {
+                    _ = tokio::time::sleep(REBUILD_RETRY) => {}
+                    _ = front.sites_changed.notified() => {}
+                }
+            }
             continue;
         }
         let sleep = wake
@@ -97,10 +129,23 @@ pub(super) async fn manage(front: Arc<Front>) {
 }
 
 /// Build the sites again from the settings they were built from (the new
-/// certificates are in the state directory now) and swap them in.
-fn rebuild(front: &Front, sites: &Sites) {
+/// certificates are in the state directory now; the OCSP files are read
+/// again) and swap them in; whether that worked.
+fn rebuild(front: &Front, sites: &Sites) -> bool {
     match Sites::build(&sites.settings, &front.shared, &mut |l| println!("{l}")) {
-        Ok(new) => front.sites.store(Arc::new(new)),
-        Err(e) => tracing::error!("the sites could not be rebuilt with the new certificate: {e}"),
+        Ok(new) => {
+            front.sites.store(Arc::new(new));
+            true
+        }
+        // The old sites stay; a stale OCSP staple in them stays too, which
+        // clients treat as no staple at best: say so loudly.
+        Err(e) => {
+            tracing::error!(
+                "the sites could not be rebuilt (new certificate or OCSP staple due), retrying \
+                 in {} s or on reload: {e}",
+                REBUILD_RETRY.as_secs()
+            );
+            false
+        }
     }
 }

@@ -14,6 +14,7 @@ use crate::tls::{Refusal, ServerConfigs, TlsShared};
 use ipnet::IpNet;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 /// Every site, and how names find them.
 pub(crate) struct Sites {
@@ -29,6 +30,11 @@ pub(crate) struct Sites {
     /// A plaintext HTTP client gets nginx's readable 400 when the default
     /// site serves files; a backend may speak anything, so it is closed.
     pub answers_plain_http: bool,
+    /// When the OCSP staples must be looked at again: the earliest
+    /// nextUpdate of a stapled response (it must stop being stapled then)
+    /// or thisUpdate of one not valid yet. `server::certs` rebuilds the
+    /// sites at that time, which reads the files again.
+    pub ocsp_recheck: Option<SystemTime>,
 }
 
 /// One site, ready to serve.
@@ -68,12 +74,15 @@ impl Sites {
     ) -> Result<Sites, StartError> {
         let mut list = Vec::with_capacity(settings.sites.len());
         let mut names = HashMap::new();
+        let mut ocsp_recheck: Option<SystemTime> = None;
         for (i, site) in settings.sites.iter().enumerate() {
             let (tls, acme) = if site.acme {
                 let (tls, cert) = acme_site_tls(site, &settings.acme, shared, say)?;
                 (tls, Some(cert))
             } else {
-                (site_tls(site, shared, say)?, None)
+                let (tls, recheck) = site_tls(site, shared, say)?;
+                ocsp_recheck = earliest(ocsp_recheck, recheck);
+                (tls, None)
             };
             let job = match &site.job {
                 Job::Files(f) => SiteJob::Files(StaticFiles::new(site, f)?),
@@ -100,6 +109,7 @@ impl Sites {
             reject_unknown: settings.unknown_names == UnknownNames::Reject,
             accept_proxy: settings.accept_proxy.clone(),
             answers_plain_http,
+            ocsp_recheck,
         })
     }
 
@@ -204,12 +214,20 @@ fn acme_site_tls(
     Ok((tls, state))
 }
 
-/// A site's certificates and its TLS configurations.
+fn earliest(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// A site's certificates and its TLS configurations, and when its OCSP
+/// staples must be looked at again (see [`Sites::ocsp_recheck`]).
 fn site_tls(
     site: &Site,
     shared: &TlsShared,
     say: &mut dyn FnMut(String),
-) -> Result<ServerConfigs, StartError> {
+) -> Result<(ServerConfigs, Option<SystemTime>), StartError> {
     let in_site = |e: &dyn std::fmt::Display| StartError::Site {
         origin: site.cert_origin.clone(),
         message: e.to_string(),
@@ -239,7 +257,9 @@ fn site_tls(
                 .map_err(|e| in_site(&e))?,
         );
     }
-    for (c, k) in &site.certs {
+    let mut recheck = None;
+    let now = SystemTime::now();
+    for (i, (c, k)) in site.certs.iter().enumerate() {
         let id = cert::load(Some(c), Some(k)).map_err(|e| in_site(&e))?;
         let shown = format!(
             "certificate {} (SHA-256 {}){for_names}",
@@ -260,11 +280,42 @@ fn site_tls(
             }
         }
         say(shown);
+        let key = match site.ocsp.get(i).and_then(Option::as_ref) {
+            None => key,
+            // Problems with the response are warnings: the certificate is
+            // served without a staple (a missing staple is what clients
+            // get from most servers; a reload or the recheck picks up a
+            // fixed file).
+            Some(o) => match crate::tls::ocsp::load(o, &key.cert, now) {
+                Ok(staple) => {
+                    say(format!(
+                        "OCSP response {} for {}: {}, stapled",
+                        o.display(),
+                        c.display(),
+                        crate::tls::ocsp::describe(&staple)
+                    ));
+                    recheck = earliest(recheck, staple.next_update);
+                    let mut key = Arc::unwrap_or_clone(key);
+                    key.ocsp = Some(staple.der);
+                    Arc::new(key)
+                }
+                Err(e) => {
+                    say(format!(
+                        "warning: {}: {e}; certificate {} is served without a staple",
+                        site.origin,
+                        c.display()
+                    ));
+                    recheck = earliest(recheck, e.valid_from());
+                    key
+                }
+            },
+        };
         keys.push(key);
     }
-    shared
+    let tls = shared
         .site(keys, site.alpn.clone())
-        .map_err(|e| in_site(&e))
+        .map_err(|e| in_site(&e))?;
+    Ok((tls, recheck))
 }
 
 #[cfg(test)]
