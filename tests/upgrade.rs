@@ -304,8 +304,9 @@ fn socket_activation_takes_the_inherited_socket() {
 }
 
 /// An upgrade of `tlsfront run` with sites and ticket key files, while
-/// `tlsfront bench tps` opens sessions (resuming them) without pause: no
-/// session fails, the new process serves the certificate now on disk, and
+/// `tlsfront bench tps` opens sessions (resuming them) without pause and
+/// `tlsfront bench requests` sends keep-alive requests: no session and no
+/// request fails, the new process serves the certificate now on disk, and
 /// sessions made with the old process resume on the new one (the ticket
 /// keys come from the files, not from memory).
 #[test]
@@ -354,6 +355,18 @@ fn an_upgrade_of_many_sites_keeps_sessions_and_takes_the_new_certificate() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // Keep-alive requests too, one after another on each connection.
+    let requests_json = dir.path().join("requests.json");
+    let mut requests = std::process::Command::new(common::BIN)
+        .args(["bench", "requests", &format!("https://localhost:{port}/1k")])
+        .args(["-c", "4", "-d", "8s", "--threads", "1", "--ca"])
+        .arg(&ca.pem)
+        .arg("--json")
+        .arg(&requests_json)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_secs(3));
     // A renewed certificate on disk, then the upgrade.
     std::fs::copy(&c2, &cert).unwrap();
@@ -370,6 +383,17 @@ fn an_upgrade_of_many_sites_keeps_sessions_and_takes_the_new_certificate() {
     assert!(status.success(), "bench tps: {err}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(v["summary"]["failed"], 0, "{}", v["errors"]);
+    let mut err_pipe = requests.stderr.take().unwrap();
+    let status = wait_child(requests, Duration::from_secs(60));
+    let mut err = String::new();
+    let _ = err_pipe.read_to_string(&mut err);
+    assert!(status.success(), "bench requests: {err}");
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&requests_json).unwrap()).unwrap();
+    // Keep-alive connections the old process had were ended with
+    // `Connection: close` on a response, not closed under a request.
+    assert_eq!(r["summary"]["errors"], 0, "{}", r["errors"]);
+    assert!(r["summary"]["requests"].as_u64().unwrap_or(0) > 0);
     let exit = server.wait_exit(Duration::from_secs(30));
     assert!(exit.is_some_and(|s| s.success()), "old process: {exit:?}");
     stop_pid(new);

@@ -17,7 +17,7 @@ use crate::http::range::{self, RangeResult};
 use crate::http::request::{self, Body, Expect, HeadLimits, Method, RequestHead};
 use crate::http::response::{error_page, Reply};
 use crate::lograte::LogLimit;
-use crate::server::timer::{timeout, timeout_at};
+use crate::server::timer::timeout_at;
 use crate::server::{ConnInfo, Front, Tls};
 use crate::transport::{close_and_linger, Transport, TransportError};
 use std::time::Duration;
@@ -31,6 +31,10 @@ const LINGER: Duration = Duration::from_secs(2);
 /// How long a connection between requests keeps its buffers before it
 /// counts as idle and drops them.
 const IDLE_GRACE: Duration = Duration::from_millis(50);
+
+/// How long a keep-alive connection idle when draining begins may still
+/// send its next request (answered with `Connection: close`).
+const DRAIN_IDLE: Duration = Duration::from_secs(1);
 
 /// The static file service of one site.
 pub struct StaticFiles {
@@ -131,37 +135,49 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
         // Wait for the next request. Back-to-back requests keep their
         // buffers; a connection idle beyond a moment holds none.
         if filled == 0 {
-            // Draining closes a connection between requests (a client
-            // retries on a new connection, as when a keep-alive connection
-            // times out), but not before its first one: that client reached
-            // this process just now (during an upgrade, say) and would see
-            // its request fail. It is answered, within the header timeout.
+            // Draining (SIGTERM, or an upgrade) ends a keep-alive
+            // connection between requests, but not at once: a client in the
+            // middle of a conversation sends its next request right away,
+            // and closing under it would fail that request (clients may
+            // retry, RFC 9112 9.3.1, but not every one does). So an idle
+            // connection gets DRAIN_IDLE more for its next request, which
+            // is answered with `Connection: close`. A connection's first
+            // request is always answered, within the header timeout: that
+            // client reached this process just now.
             let drain_closes = served > 0;
-            if drain_closes && *stop.borrow() {
-                return End::Close;
-            }
+            let mut draining = drain_closes && *stop.borrow();
             let idle = if served == 0 {
                 header_timeout
             } else {
                 keepalive
             };
-            let mut waited = IDLE_GRACE.min(idle);
+            let start = Instant::now();
+            let mut deadline = start + if draining { DRAIN_IDLE.min(idle) } else { idle };
             let mut released = false;
             loop {
+                let wake = if released {
+                    deadline
+                } else {
+                    (start + IDLE_GRACE).min(deadline)
+                };
                 tokio::select! {
-                    r = timeout(waited, t.readable()) => match r {
+                    r = timeout_at(wake, t.readable()) => match r {
                         Ok(Err(e)) => return End::Abort(e),
                         Ok(Ok(())) => break,
-                        Err(_) if released => return End::Close,
+                        Err(_) if wake >= deadline => return End::Close,
                         Err(_) => {}
                     },
-                    _ = stop.changed(), if drain_closes => return End::Close,
+                    _ = stop.changed(), if drain_closes && !draining => {
+                        draining = true;
+                        deadline = deadline.min(Instant::now() + DRAIN_IDLE);
+                        continue;
+                    }
                 }
+                // Idle beyond a moment: hold no buffers.
                 buf = Vec::new();
                 out = Vec::new();
                 t.release_buffers();
                 released = true;
-                waited = idle.saturating_sub(waited);
             }
         }
 
