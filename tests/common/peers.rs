@@ -125,16 +125,13 @@ pub fn nginx_proxy_protocol() -> Peer {
     }
 }
 
-/// HAProxy with `accept-proxy`, answering with the client address and the
-/// authority (SNI) TLV it got from the PROXY header.
-pub fn haproxy_accept_proxy() -> Peer {
+/// HAProxy on a free port with the config `conf(port)` makes, in the
+/// foreground, once it listens.
+fn haproxy(conf: impl FnOnce(u16) -> String) -> Peer {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let conf = format!(
-        "global\n  maxconn 100\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 10s\n  timeout server 10s\nfrontend fe\n  bind 127.0.0.1:{port} accept-proxy\n  http-request return status 200 content-type text/plain lf-string \"%[src] %[src_port] authority=%[fc_pp_authority]\\n\"\n"
-    );
     let cfg = dir.path().join("haproxy.cfg");
-    std::fs::write(&cfg, conf).unwrap();
+    std::fs::write(&cfg, conf(port)).unwrap();
     let child = super::tool("haproxy")
         .arg("-db")
         .arg("-f")
@@ -151,31 +148,26 @@ pub fn haproxy_accept_proxy() -> Peer {
     }
 }
 
+/// HAProxy with `accept-proxy`, answering with the client address and the
+/// authority (SNI) TLV it got from the PROXY header.
+pub fn haproxy_accept_proxy() -> Peer {
+    haproxy(|port| {
+        format!(
+        "global\n  maxconn 100\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 10s\n  timeout server 10s\nfrontend fe\n  bind 127.0.0.1:{port} accept-proxy\n  http-request return status 200 content-type text/plain lf-string \"%[src] %[src_port] authority=%[fc_pp_authority]\\n\"\n"
+    )
+    })
+}
+
 /// HAProxy in TCP mode before `servers` (ports), round-robin, each sent a
 /// PROXY v2 header: the L4 balancer of a fleet.
 pub fn haproxy_tcp_balancer(servers: &[u16]) -> Peer {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let mut conf = format!(
-        "global\n  maxconn 100\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 10s\n  timeout server 10s\nfrontend fe\n  bind 127.0.0.1:{port}\n  default_backend fleet\nbackend fleet\n  balance roundrobin\n"
-    );
-    for (i, p) in servers.iter().enumerate() {
-        conf.push_str(&format!("  server s{i} 127.0.0.1:{p} send-proxy-v2\n"));
-    }
-    let cfg = dir.path().join("haproxy.cfg");
-    std::fs::write(&cfg, conf).unwrap();
-    let child = super::tool("haproxy")
-        .arg("-db")
-        .arg("-f")
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("run haproxy (tests/install-packages.sh installs it)");
-    wait_for_port(port);
-    Peer {
-        child,
-        port,
-        _dir: dir,
-    }
+    haproxy(|port| {
+        let mut conf = format!(
+            "global\n  maxconn 100\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 10s\n  timeout server 10s\nfrontend fe\n  bind 127.0.0.1:{port}\n  default_backend fleet\nbackend fleet\n  balance roundrobin\n"
+        );
+        for (i, p) in servers.iter().enumerate() {
+            conf.push_str(&format!("  server s{i} 127.0.0.1:{p} send-proxy-v2\n"));
+        }
+        conf
+    })
 }
