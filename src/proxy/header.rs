@@ -273,6 +273,9 @@ mod tests {
             suite: Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256),
             sni: Some("example.com".into()),
             alpn: Some(b"http/1.1".to_vec()),
+            resumed: false,
+            path: crate::transport::Path::Userspace,
+            site: "example.com".into(),
         }
     }
 

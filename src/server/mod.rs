@@ -79,6 +79,12 @@ pub struct ConnInfo {
     /// SNI, if the client sent one.
     pub sni: Option<String>,
     pub alpn: Option<Vec<u8>>,
+    /// The session was resumed (abbreviated handshake).
+    pub resumed: bool,
+    /// Where the records are sealed: the kernel or user space.
+    pub path: crate::transport::Path,
+    /// The site that took the connection ([`crate::config::Site::label`]).
+    pub site: std::sync::Arc<str>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -40,6 +40,9 @@ pub(crate) struct Sites {
 /// One site, ready to serve.
 pub(crate) struct SiteRt {
     pub settings: Site,
+    /// Its name in logs and metric labels ([`Site::label`]), shared by its
+    /// connections.
+    pub label: Arc<str>,
     pub tls: ServerConfigs,
     pub job: SiteJob,
     /// For a site with `acme = true`: the certificate it has now.
@@ -93,6 +96,7 @@ impl Sites {
             }
             list.push(Arc::new(SiteRt {
                 settings: site.clone(),
+                label: Arc::from(site.label()),
                 tls,
                 job,
                 acme,

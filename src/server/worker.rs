@@ -4,7 +4,7 @@
 //! choice of data path — kTLS when the kernel takes the negotiated cipher,
 //! else user space.
 
-use super::sites::{SiteJob, Sites};
+use super::sites::{SiteJob, SiteRt, Sites};
 use super::{timer, ConnInfo, Front, Tls};
 use crate::config::secs;
 use crate::ktls::{crypto_info, stream::KtlsStream, Cipher, Direction, Version};
@@ -232,8 +232,7 @@ async fn connection(
         let Some(site) = chosen else {
             return;
         };
-        let stall = secs(site.settings.timeouts.send);
-        let Some((tls, info)) = data_path(front, sock, hs, ulp, fallback, client, local, stall)
+        let Some((tls, info)) = data_path(front, sock, hs, ulp, fallback, client, local, &site)
         else {
             return;
         };
@@ -300,11 +299,14 @@ fn data_path(
     mut fallback: Option<Fallback>,
     client: std::net::SocketAddr,
     local: std::net::SocketAddr,
-    stall: Duration,
+    site: &SiteRt,
 ) -> Option<(Tls, ConnInfo)> {
-    let counter = match hs.conn.handshake_kind() {
-        Some(rustls::HandshakeKind::Resumed) => &front.metrics.handshakes_resumed,
-        _ => &front.metrics.handshakes_full,
+    let stall = secs(site.settings.timeouts.send);
+    let resumed = hs.conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+    let counter = if resumed {
+        &front.metrics.handshakes_resumed
+    } else {
+        &front.metrics.handshakes_full
     };
     counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 
@@ -321,19 +323,23 @@ fn data_path(
         || !hs.early_plaintext.is_empty()
         || !hs.pending_out.is_empty()
         || hs.peer_closed;
-    let info = ConnInfo {
+    let mut info = ConnInfo {
         client,
         local,
         version,
         suite: hs.conn.negotiated_cipher_suite().map(|s| s.suite()),
         sni: hs.sni.clone(),
         alpn: hs.conn.alpn_protocol().map(<[u8]>::to_vec),
+        resumed,
+        path: Path::Userspace,
+        site: site.label.clone(),
     };
 
     if ulp && offload && !buffered {
         return match into_kernel(sock, hs, front.ktls.rekey, stall) {
             Ok(k) => {
                 front.metrics.connection(Path::Ktls);
+                info.path = Path::Ktls;
                 Some((Tls::Kernel(Box::new(k)), info))
             }
             Err(e) => {
