@@ -208,6 +208,16 @@ pub struct ServeArgs {
     /// Serve files reached through symlinks that lead outside DIR.
     #[arg(long)]
     pub follow_symlinks_outside: bool,
+    /// Serve precompressed siblings (app.js.br, .zst, .gz) of these
+    /// codings to clients that accept them, preferred first: br,zstd,gzip.
+    #[arg(long, value_name = "CODINGS", value_delimiter = ',')]
+    pub precompressed: Vec<String>,
+    /// Answer paths that do not exist with this file (e.g. /index.html).
+    #[arg(long, value_name = "PATH")]
+    pub fallback: Option<String>,
+    /// Add "; charset=CHARSET" to the Content-Type of text files.
+    #[arg(long, value_name = "CHARSET")]
+    pub charset: Option<String>,
     /// TOML file with these settings plus [limits] and [timeouts] (one
     /// site; for several, use `tlsfront run --config`).
     #[arg(long, value_name = "FILE")]
@@ -272,6 +282,18 @@ impl ServeArgs {
         }
         if self.follow_symlinks_outside {
             f.follow_symlinks_outside = Some(true);
+        }
+        if !self.precompressed.is_empty() {
+            f.precompressed = Some(self.precompressed.clone());
+            o.flag("precompressed", "--precompressed");
+        }
+        if let Some(fb) = &self.fallback {
+            f.fallback = Some(fb.clone());
+            o.flag("fallback", "--fallback");
+        }
+        if let Some(c) = &self.charset {
+            f.charset = Some(c.clone());
+            o.flag("charset", "--charset");
         }
         for (v, slot, key, flag) in [
             (

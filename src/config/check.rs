@@ -71,6 +71,39 @@ fn describe(s: &Settings, now: SystemTime, out: &mut String) -> usize {
     errors
 }
 
+/// What a site with a root does to its responses, and a fallback that
+/// cannot answer (a warning: it may be deployed after the config).
+fn describe_files(
+    f: &crate::config::settings::Files,
+    root: &crate::files::DocRoot,
+    out: &mut String,
+) {
+    if !f.precompressed.is_empty() {
+        let names: Vec<&str> = f.precompressed.iter().map(|e| e.name()).collect();
+        let _ = writeln!(out, "  precompressed siblings: {}", names.join(", "));
+    }
+    if let Some(c) = &f.charset {
+        let _ = writeln!(out, "  charset {c} for text types");
+    }
+    if !f.headers.is_empty() {
+        let _ = writeln!(out, "  response headers: {}", f.headers.describe());
+    }
+    if let Some(fb) = &f.fallback {
+        match root.fallback_problem(fb) {
+            None => {
+                let _ = writeln!(
+                    out,
+                    "  fallback {} for paths that do not exist",
+                    fb.to_url()
+                );
+            }
+            Some(p) => {
+                let _ = writeln!(out, "  warning: {p}");
+            }
+        }
+    }
+}
+
 fn describe_site(
     site: &Site,
     acme: &crate::acme::AcmeSettings,
@@ -102,10 +135,9 @@ fn describe_site(
                 f.root.display(),
                 if f.autoindex { ", autoindex" } else { "" }
             );
-            if let Err(e) =
-                crate::files::DocRoot::open(&f.root, f.follow_symlinks_outside, f.autoindex)
-            {
-                error(out, e.to_string());
+            match crate::files::DocRoot::open(&f.root, f.follow_symlinks_outside, f.autoindex) {
+                Err(e) => error(out, e.to_string()),
+                Ok(root) => describe_files(f, &root, out),
             }
         }
         Job::Backend(b) => {

@@ -9,8 +9,24 @@
 
 use super::{KtlsMode, Limits, Timeouts};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use toml::Spanned;
+
+/// Response headers as written: name → value (an empty value removes a
+/// header inherited from the level above).
+pub type HeadersFile = Spanned<BTreeMap<String, String>>;
+
+/// A `[[site.paths]]` rule: headers for the paths its pattern matches.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PathFile {
+    /// `/assets/*` (the whole path) or `*.css` (the file name).
+    #[serde(rename = "match")]
+    pub pattern: String,
+    #[serde(default)]
+    pub headers: Option<HeadersFile>,
+}
 
 /// What to do with a ClientHello whose name no site has (or that names
 /// none).
@@ -107,6 +123,18 @@ pub struct SiteFile {
     pub root: Option<PathBuf>,
     pub autoindex: Option<bool>,
     pub follow_symlinks_outside: Option<bool>,
+    /// Codings whose precompressed siblings (`app.js.br`) are served, in
+    /// the site's order of preference.
+    pub precompressed: Option<Vec<String>>,
+    /// Response headers for every response of the site.
+    pub headers: Option<HeadersFile>,
+    /// Response headers for paths matching a pattern (the first match).
+    pub paths: Vec<Spanned<PathFile>>,
+    /// The file (a URL path beneath the root) that answers a path that
+    /// does not exist (a single-page app's `/index.html`).
+    pub fallback: Option<String>,
+    /// `; charset=…` added to the `Content-Type` of text types.
+    pub charset: Option<String>,
     /// …or TLS termination for this backend.
     pub backend: Option<String>,
     pub write_proxy: Option<ProxyVersion>,
@@ -149,6 +177,9 @@ pub struct FileConfig {
     pub acme_ca_roots: Option<PathBuf>,
     pub limits: Limits,
     pub timeouts: Timeouts,
+    /// Response headers every site with a root starts from (and the one
+    /// site of a file without `[[site]]`).
+    pub headers: Option<HeadersFile>,
 
     // The one site of a file without `[[site]]`.
     pub names: Vec<String>,
@@ -158,6 +189,10 @@ pub struct FileConfig {
     pub root: Option<PathBuf>,
     pub autoindex: Option<bool>,
     pub follow_symlinks_outside: Option<bool>,
+    pub precompressed: Option<Vec<String>>,
+    pub paths: Vec<Spanned<PathFile>>,
+    pub fallback: Option<String>,
+    pub charset: Option<String>,
     pub backend: Option<String>,
     pub write_proxy: Option<ProxyVersion>,
     pub alpn: Option<Vec<String>>,
@@ -233,6 +268,10 @@ impl FileConfig {
             || self.root.is_some()
             || self.autoindex.is_some()
             || self.follow_symlinks_outside.is_some()
+            || self.precompressed.is_some()
+            || !self.paths.is_empty()
+            || self.fallback.is_some()
+            || self.charset.is_some()
             || self.backend.is_some()
             || self.write_proxy.is_some()
             || self.alpn.is_some();
@@ -245,6 +284,10 @@ impl FileConfig {
             root: self.root.clone(),
             autoindex: self.autoindex,
             follow_symlinks_outside: self.follow_symlinks_outside,
+            precompressed: self.precompressed.clone(),
+            paths: self.paths.clone(),
+            fallback: self.fallback.clone(),
+            charset: self.charset.clone(),
             backend: self.backend.clone(),
             write_proxy: self.write_proxy,
             alpn: self.alpn.clone(),

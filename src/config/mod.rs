@@ -9,6 +9,7 @@ pub mod cert;
 pub mod check;
 pub mod file;
 pub mod settings;
+pub mod static_files;
 
 pub use file::{FileConfig, ProxyVersion, UnknownNames};
 pub use settings::{Job, Settings, Site};

@@ -5,7 +5,7 @@
 //! the flag, or the file, line and setting.
 
 use super::backend::BackendAddr;
-use super::file::{FileConfig, ProxyVersion, SiteFile, UnknownNames};
+use super::file::{FileConfig, HeadersFile, ProxyVersion, SiteFile, UnknownNames};
 use super::{
     check_timeout, check_workers, default_workers, parse_listen, ConfigError, KtlsMode, Limits,
     Timeouts,
@@ -86,6 +86,14 @@ pub struct Files {
     pub root: PathBuf,
     pub autoindex: bool,
     pub follow_symlinks_outside: bool,
+    /// Codings of precompressed siblings to serve, preferred first.
+    pub precompressed: Vec<crate::http::encoding::Encoding>,
+    /// Response headers, merged per path rule.
+    pub headers: crate::http::site_headers::SiteHeaders,
+    /// The file that answers paths that do not exist.
+    pub fallback: Option<crate::http::path::NormPath>,
+    /// The charset added to text types' `Content-Type`.
+    pub charset: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -218,6 +226,7 @@ pub fn resolve(
         let site = resolve_site(
             origin,
             s.clone(),
+            (text, file.headers.as_ref()),
             &file.limits,
             &file.timeouts,
             origins,
@@ -294,6 +303,24 @@ pub fn resolve(
     })
 }
 
+/// A key of a site with a root that a backend site has set, if any
+/// (`default_headers`: the top-level `headers` belong to this site).
+fn files_only_key(s: &SiteFile, default_headers: bool) -> Option<&'static str> {
+    if s.headers.is_some() || default_headers {
+        Some("headers")
+    } else if !s.paths.is_empty() {
+        Some("paths")
+    } else if s.precompressed.is_some() {
+        Some("precompressed")
+    } else if s.fallback.is_some() {
+        Some("fallback")
+    } else if s.charset.is_some() {
+        Some("charset")
+    } else {
+        None
+    }
+}
+
 fn sites_origin(sites: &[Site], i: usize) -> &str {
     sites.get(i).map_or("another site", |s| s.origin.as_str())
 }
@@ -327,6 +354,7 @@ fn trusted_sources(list: &[String], origin: &str) -> Result<Vec<IpNet>, ConfigEr
 fn resolve_site(
     origin: String,
     s: SiteFile,
+    (text, default_headers): (&str, Option<&HeadersFile>),
     limits: &Limits,
     timeouts: &Timeouts,
     origins: &Origins,
@@ -420,6 +448,15 @@ fn resolve_site(
             ))
         }
         (None, Some(b)) => {
+            if let Some(k) = files_only_key(&s, top && default_headers.is_some()) {
+                return Err(invalid(
+                    k,
+                    format!(
+                        "{k} is for a site with a root: a backend site relays the TLS \
+                         stream and writes no HTTP of its own (set it in the backend)"
+                    ),
+                ));
+            }
             if s.autoindex.is_some() || s.follow_symlinks_outside.is_some() {
                 return Err(invalid(
                     "autoindex",
@@ -448,10 +485,23 @@ fn resolve_site(
                     "a PROXY header goes to a backend: this site serves files".into(),
                 ));
             }
+            let spot = |k: &str, span: std::ops::Range<usize>| match &origins.file {
+                Some(p) if !span.is_empty() && !origins.flags.contains_key(k) => format!(
+                    "config file {}, line {}, setting {k}",
+                    p.display(),
+                    super::file::line_of(text, span.start)
+                ),
+                _ => at(k),
+            };
+            let static_files = super::static_files::resolve(&s, default_headers, &at, &spot)?;
             Job::Files(Files {
                 root,
                 autoindex: s.autoindex.unwrap_or(false),
                 follow_symlinks_outside: s.follow_symlinks_outside.unwrap_or(false),
+                precompressed: static_files.precompressed,
+                headers: static_files.headers,
+                fallback: static_files.fallback,
+                charset: static_files.charset,
             })
         }
     };

@@ -6,8 +6,14 @@
 //! `..` was already refused by `http::path`) and `RESOLVE_NO_MAGICLINKS`.
 //! Files are opened `O_NONBLOCK` so a FIFO cannot stall a worker, and only
 //! regular files are served.
+//!
+//! A precompressed sibling (`app.js.br` for `app.js`) is looked up the same
+//! way, beneath the same root with the same symlink rules, and only once
+//! the file itself has been found: the sibling stands for the file, never
+//! in for a missing one.
 
 use crate::http::conditional::Validators;
+use crate::http::encoding::{self, Encoding};
 use crate::http::path::NormPath;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use std::cell::Cell;
@@ -15,6 +21,7 @@ use std::fmt::Write as _;
 use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 /// Where files come from, and how strictly.
@@ -30,7 +37,10 @@ pub struct OpenFile {
     pub file: File,
     pub size: u64,
     pub validators: Validators,
+    /// The type of the file as named (a sibling keeps the original's).
     pub content_type: &'static str,
+    /// The coding of the precompressed sibling being sent, if it is one.
+    pub encoding: Option<Encoding>,
 }
 
 pub enum Lookup {
@@ -145,6 +155,88 @@ impl DocRoot {
 
     /// Resolve a request path.
     pub fn lookup(&self, path: &NormPath) -> Result<Lookup, FileError> {
+        self.lookup_coded(path, None, &[])
+    }
+
+    /// Resolve a request path, and if it names a regular file, send instead
+    /// the precompressed sibling of the coding `accept` (the request's
+    /// `Accept-Encoding`) prefers among `offered`, where one is there.
+    pub fn lookup_coded(
+        &self,
+        path: &NormPath,
+        accept: Option<&str>,
+        offered: &[Encoding],
+    ) -> Result<Lookup, FileError> {
+        let found = self.lookup_plain(path)?;
+        let Lookup::File(file) = found else {
+            return Ok(found);
+        };
+        let mut codings = encoding::ranked(accept, offered).peekable();
+        if codings.peek().is_none() {
+            return Ok(Lookup::File(file));
+        }
+        let rel = path.to_relative();
+        let mut name = if path.trailing_slash || path.is_root() {
+            rel.join("index.html").into_os_string()
+        } else {
+            rel.as_os_str().to_owned()
+        };
+        let base = name.len();
+        for enc in codings {
+            name.push(enc.suffix());
+            if let Some(sibling) = self.sibling(Path::new(&name), enc) {
+                return Ok(Lookup::File(sibling));
+            }
+            // Back to the file's own name (suffixes are ASCII).
+            let mut bytes = name.into_encoded_bytes();
+            bytes.truncate(base);
+            name = std::ffi::OsString::from_vec(bytes);
+        }
+        Ok(Lookup::File(file))
+    }
+
+    /// The precompressed sibling `name`, if it is a regular file we may
+    /// open (a missing one, a directory, or a symlink the root's rules
+    /// refuse all mean the file itself is sent).
+    fn sibling(&self, name: &Path, enc: Encoding) -> Option<OpenFile> {
+        let fd = self.open_at(name).ok()?;
+        let st = rustix::fs::fstat(&fd).ok()?;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+            return None;
+        }
+        let original = name.file_stem().map(Path::new).unwrap_or(name);
+        Some(OpenFile {
+            file: File::from(fd),
+            size: st.st_size as u64,
+            validators: Validators::coded(
+                st.st_size as u64,
+                st.st_mtime,
+                st.st_mtime_nsec as i64,
+                enc.name(),
+            ),
+            content_type: content_type(original),
+            encoding: Some(enc),
+        })
+    }
+
+    /// Why a site's `fallback` cannot answer, if it cannot now (it may be
+    /// put in place later, so this is a warning, not an error).
+    pub fn fallback_problem(&self, fallback: &NormPath) -> Option<String> {
+        let at = self.path.join(fallback.to_relative());
+        match self.lookup_plain(fallback) {
+            Ok(Lookup::File(_)) => None,
+            Ok(_) => Some(format!(
+                "fallback {} is a directory: paths that do not exist get 404 until it names a file",
+                at.display()
+            )),
+            Err(e) => Some(format!(
+                "fallback {} cannot be served ({e}): paths that do not exist get 404 until it can",
+                at.display()
+            )),
+        }
+    }
+
+    fn lookup_plain(&self, path: &NormPath) -> Result<Lookup, FileError> {
         let rel = path.to_relative();
         let fd = self.open_at(rel)?;
         let st = rustix::fs::fstat(&fd)?;
@@ -192,6 +284,7 @@ fn regular(fd: OwnedFd, st: &rustix::fs::Stat, name: &Path) -> OpenFile {
         size: st.st_size as u64,
         validators: Validators::new(st.st_size as u64, st.st_mtime, st.st_mtime_nsec as i64),
         content_type: content_type(name),
+        encoding: None,
     }
 }
 
@@ -210,16 +303,62 @@ pub fn content_type(name: &Path) -> &'static str {
     if cached.get(..len) == Some(ext.as_bytes()) {
         return ct;
     }
-    let ct = match mime_guess::from_ext(ext).first_raw() {
-        Some("text/html") => "text/html; charset=utf-8",
-        Some("text/plain") => "text/plain; charset=utf-8",
-        Some(t) => t,
-        None => "application/octet-stream",
-    };
+    // No charset here: a file's bytes are whatever they are, and a site
+    // that knows its text is UTF-8 says so with `charset`.
+    let ct = mime_guess::from_ext(ext)
+        .first_raw()
+        .unwrap_or("application/octet-stream");
     if let Some(dst) = cached_key(ext.as_bytes()) {
         LAST.set((dst, ext.len(), ct));
     }
     ct
+}
+
+/// The types whose `Content-Type` names the site's `charset` (nginx's
+/// `charset_types`, and the other text formats of the web).
+pub const CHARSET_TYPES: &[&str] = &[
+    "text/html",
+    "text/plain",
+    "text/css",
+    "text/xml",
+    "text/javascript",
+    "text/markdown",
+    "text/csv",
+    "application/javascript",
+    "application/json",
+    "application/xml",
+    "application/rss+xml",
+    "application/atom+xml",
+    "image/svg+xml",
+];
+
+/// A site's `charset`, as the `Content-Type` values that carry it, made
+/// once so that a response only picks one.
+#[derive(Debug, Clone, Default)]
+pub struct Charset {
+    typed: Vec<(&'static str, String)>,
+}
+
+impl Charset {
+    pub fn new(charset: Option<&str>) -> Charset {
+        Charset {
+            typed: charset.map_or_else(Vec::new, |c| {
+                CHARSET_TYPES
+                    .iter()
+                    .map(|t| (*t, format!("{t}; charset={c}")))
+                    .collect()
+            }),
+        }
+    }
+
+    /// `content_type`, with the charset if the site has one and the type
+    /// is text.
+    pub fn apply<'a>(&'a self, content_type: &'a str) -> &'a str {
+        self.typed
+            .iter()
+            .find(|(t, _)| *t == content_type)
+            .map_or(content_type, |(_, v)| v.as_str())
+    }
 }
 
 /// An extension as a cache key, if it is short enough to be one.
@@ -313,7 +452,7 @@ mod tests {
         match look(&r, "/a.txt").unwrap() {
             Lookup::File(f) => {
                 assert_eq!(f.size, 5);
-                assert_eq!(f.content_type, "text/plain; charset=utf-8");
+                assert_eq!(f.content_type, "text/plain");
             }
             _ => panic!(),
         }
@@ -340,9 +479,9 @@ mod tests {
     fn content_types_survive_the_cache() {
         for _ in 0..2 {
             for (name, ct) in [
-                ("a.txt", "text/plain; charset=utf-8"),
-                ("a.TXT", "text/plain; charset=utf-8"),
-                ("b.html", "text/html; charset=utf-8"),
+                ("a.txt", "text/plain"),
+                ("a.TXT", "text/plain"),
+                ("b.html", "text/html"),
                 ("c.css", "text/css"),
                 ("c.css", "text/css"),
                 ("d", "application/octet-stream"),
@@ -354,6 +493,68 @@ mod tests {
                 assert_eq!(content_type(Path::new(name)), ct, "{name}");
             }
         }
+    }
+
+    #[test]
+    fn charset_only_where_set_and_only_for_text() {
+        let none = Charset::new(None);
+        assert_eq!(none.apply("text/html"), "text/html");
+        let utf8 = Charset::new(Some("utf-8"));
+        assert_eq!(utf8.apply("text/html"), "text/html; charset=utf-8");
+        assert_eq!(utf8.apply("image/svg+xml"), "image/svg+xml; charset=utf-8");
+        assert_eq!(utf8.apply("image/png"), "image/png");
+        let js = content_type(Path::new("app.js"));
+        assert!(utf8.apply(js).ends_with("; charset=utf-8"), "{js}");
+    }
+
+    #[test]
+    fn precompressed_siblings_stay_beneath_the_root() {
+        use crate::http::encoding::Encoding::{Br, Gzip, Zstd};
+        let (root, outside) = setup();
+        let d = root.path();
+        std::fs::write(d.join("app.js"), "plain").unwrap();
+        std::fs::write(d.join("app.js.br"), "brotli!").unwrap();
+        std::fs::write(d.join("app.js.gz"), "gz").unwrap();
+        std::fs::write(d.join("only.css.gz"), "gz").unwrap();
+        std::fs::write(d.join("sub/index.html.gz"), "gz").unwrap();
+        std::fs::write(d.join("a.txt.gz.gz"), "x").unwrap();
+        std::fs::create_dir(d.join("a.txt.br")).unwrap();
+        std::fs::write(outside.path().join("leak.gz"), "secret").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("leak.gz"), d.join("a.txt.gz")).unwrap();
+        let r = DocRoot::open(d, false, false).unwrap();
+        let get = |p: &str, ae: &str| match r.lookup_coded(
+            &normalize(p).unwrap(),
+            Some(ae),
+            &[Br, Zstd, Gzip],
+        ) {
+            Ok(Lookup::File(f)) => Ok((f.encoding, f.size, f.content_type, f.validators.etag)),
+            Ok(_) => panic!("not a file"),
+            Err(e) => Err(e.status()),
+        };
+        let (enc, size, ct, tag) = get("/app.js", "gzip, br").unwrap();
+        assert_eq!((enc, size), (Some(Br), 7));
+        assert_eq!(ct, content_type(Path::new("app.js")));
+        assert!(tag.as_str().ends_with("-br\""), "{tag}");
+        assert_eq!(get("/app.js", "gzip").unwrap().0, Some(Gzip));
+        // No zstd sibling: the next coding the client takes, else the
+        // file itself.
+        assert_eq!(get("/app.js", "zstd").unwrap().0, None);
+        assert_eq!(get("/app.js", "zstd, gzip;q=0.5").unwrap().0, Some(Gzip));
+        assert_eq!(get("/app.js", "br;q=0, gzip;q=0").unwrap().0, None);
+        let plain = get("/app.js", "identity").unwrap();
+        assert_eq!((plain.0, plain.1), (None, 5));
+        assert_ne!(plain.3.as_str(), tag.as_str());
+        // A sibling without its file is not served.
+        assert_eq!(get("/only.css", "gzip").unwrap_err(), 404);
+        assert_eq!(get("/only.css.gz", "gzip").unwrap().0, None);
+        // A directory's index.html.
+        let (enc, _, ct, _) = get("/sub/", "gzip").unwrap();
+        assert_eq!((enc, ct), (Some(Gzip), "text/html"));
+        // A symlink out of the root and a directory are not siblings.
+        assert_eq!(get("/a.txt", "gzip, br").unwrap().0, None);
+        let r = DocRoot::open(d, true, false).unwrap();
+        let f = r.lookup_coded(&normalize("/a.txt").unwrap(), Some("gzip"), &[Gzip]);
+        assert!(matches!(f, Ok(Lookup::File(f)) if f.encoding == Some(Gzip) && f.size == 6));
     }
 
     #[test]

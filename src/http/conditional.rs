@@ -19,9 +19,16 @@ pub struct Validators {
 
 impl Validators {
     pub fn new(size: u64, mtime_secs: i64, mtime_nsec: i64) -> Self {
+        Validators::coded(size, mtime_secs, mtime_nsec, "")
+    }
+
+    /// The validators of a precompressed representation: its own file's,
+    /// and the coding in the tag (`"…-br"`), so that no tag of one
+    /// representation can ever match another (RFC 9110 8.8.3).
+    pub fn coded(size: u64, mtime_secs: i64, mtime_nsec: i64, coding: &str) -> Self {
         let secs = mtime_secs.max(0) as u64;
         Validators {
-            etag: ETag::new(size, secs, mtime_nsec.max(0) as u64),
+            etag: ETag::new(size, secs, mtime_nsec.max(0) as u64, coding),
             modified: UNIX_EPOCH + Duration::from_secs(secs.min(LAST_HTTP_DATE)),
         }
     }
@@ -36,15 +43,18 @@ pub struct ETag {
 }
 
 impl ETag {
-    /// `"` + 16 + `.` + 8 (nanoseconds < 2^30) + `-` + 16 + `"` = 44.
-    const MAX: usize = 48;
+    /// `"` + 16 + `.` + 8 (nanoseconds < 2^30) + `-` + 16 + `"` = 44, and
+    /// `-` and a coding name (`zstd`, the longest) for a precompressed file.
+    const MAX: usize = 56;
 
-    fn new(size: u64, secs: u64, nsec: u64) -> ETag {
+    fn new(size: u64, secs: u64, nsec: u64, coding: &str) -> ETag {
         use std::io::Write as _;
         let mut buf = [0u8; ETag::MAX];
         let mut w = &mut buf[..];
-        // Cannot fail: at most 44 bytes (see MAX).
-        let _ = write!(w, "\"{secs:x}.{nsec:x}-{size:x}\"");
+        let dash = if coding.is_empty() { "" } else { "-" };
+        // Cannot fail for the codings there are (see MAX); a longer one
+        // would be cut, which still differs from the identity's tag.
+        let _ = write!(w, "\"{secs:x}.{nsec:x}-{size:x}{dash}{coding}\"");
         let len = (ETag::MAX - w.len()) as u8;
         ETag { buf, len }
     }
@@ -154,6 +164,16 @@ mod tests {
             "\"7fffffffffffffff.3b9ac9ff-ffffffffffffffff\""
         );
         assert_eq!(Validators::new(0, -5, -1).etag.as_str(), "\"0.0-0\"");
+        assert_eq!(
+            Validators::coded(10, 1_000_000, 5, "br").etag.as_str(),
+            "\"f4240.5-a-br\""
+        );
+        assert_eq!(
+            Validators::coded(u64::MAX, i64::MAX, 999_999_999, "zstd")
+                .etag
+                .as_str(),
+            "\"7fffffffffffffff.3b9ac9ff-ffffffffffffffff-zstd\""
+        );
     }
 
     #[test]

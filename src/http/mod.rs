@@ -3,10 +3,12 @@
 //! a TLS transport).
 
 pub mod conditional;
+pub mod encoding;
 pub mod path;
 pub mod range;
 pub mod request;
 pub mod response;
+pub mod site_headers;
 
 #[cfg(test)]
 mod no_panic_tests {

@@ -42,6 +42,12 @@ impl NormPath {
         Path::new(OsStr::from_bytes(&self.rel))
     }
 
+    /// The decoded segments joined by `/`, without a leading or trailing
+    /// one (empty for the root).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.rel
+    }
+
     /// The decoded segments, in order.
     pub fn segments(&self) -> impl Iterator<Item = &[u8]> {
         self.rel.split(|&b| b == b'/').filter(|s| !s.is_empty())

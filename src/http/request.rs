@@ -60,6 +60,9 @@ pub struct RequestHead {
     pub if_modified_since: Option<String>,
     pub if_unmodified_since: Option<String>,
     pub if_range: Option<String>,
+    /// `Accept-Encoding`, repeated fields combined (read only by sites
+    /// that serve precompressed files).
+    pub accept_encoding: Option<String>,
     /// Bytes of the buffer the head occupied.
     pub head_len: usize,
 }
@@ -160,6 +163,7 @@ pub fn parse(buf: &[u8], limits: &HeadLimits) -> Result<Option<RequestHead>, Req
         if_modified_since: None,
         if_unmodified_since: None,
         if_range: None,
+        accept_encoding: None,
         head_len,
     };
     let mut hosts = 0;
@@ -222,6 +226,8 @@ pub fn parse(buf: &[u8], limits: &HeadLimits) -> Result<Option<RequestHead>, Req
                 &mut head.if_unmodified_since
             } else if eq("if-range") {
                 &mut head.if_range
+            } else if eq("accept-encoding") {
+                &mut head.accept_encoding
             } else {
                 continue;
             };

@@ -9,17 +9,20 @@
 
 use crate::config::settings::{Files, Site};
 use crate::config::{secs, Limits, Timeouts};
+use crate::files::{Charset, FileError, Lookup, OpenFile};
 use crate::files::{DocRoot, RootError};
-use crate::files::{FileError, Lookup, OpenFile};
 use crate::http::conditional::{self, Outcome};
+use crate::http::encoding::Encoding;
 use crate::http::path;
 use crate::http::range::{self, RangeResult};
 use crate::http::request::{self, Body, Expect, HeadLimits, Method, RequestHead};
 use crate::http::response::{error_page, Reply};
+use crate::http::site_headers::SiteHeaders;
 use crate::lograte::LogLimit;
 use crate::server::timer::timeout_at;
 use crate::server::{ConnInfo, Front, Tls};
 use crate::transport::{close_and_linger, Transport, TransportError};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -48,6 +51,11 @@ pub struct StaticFiles {
 struct FilesCfg {
     limits: Limits,
     timeouts: Timeouts,
+    /// Precompressed siblings to look for (none: only the files).
+    precompressed: Vec<Encoding>,
+    headers: SiteHeaders,
+    fallback: Option<path::NormPath>,
+    charset: Charset,
 }
 
 impl StaticFiles {
@@ -56,11 +64,23 @@ impl StaticFiles {
 
     /// Open the site's document root.
     pub fn new(site: &Site, files: &Files) -> Result<StaticFiles, RootError> {
+        let root = DocRoot::open(&files.root, files.follow_symlinks_outside, files.autoindex)?;
+        if let Some(problem) = files
+            .fallback
+            .as_ref()
+            .and_then(|f| root.fallback_problem(f))
+        {
+            tracing::warn!("site {}: {problem}", site.label());
+        }
         Ok(StaticFiles {
-            root: DocRoot::open(&files.root, files.follow_symlinks_outside, files.autoindex)?,
+            root,
             cfg: FilesCfg {
                 limits: site.limits.clone(),
                 timeouts: site.timeouts.clone(),
+                precompressed: files.precompressed.clone(),
+                headers: files.headers.clone(),
+                fallback: files.fallback.clone(),
+                charset: Charset::new(files.charset.as_deref()),
             },
             log: LogLimit::new(crate::lograte::EVERY),
         })
@@ -79,7 +99,11 @@ impl StaticFiles {
         _info: ConnInfo,
         stop: watch::Receiver<bool>,
     ) {
-        let cx = Ctx { files: self, front };
+        let cx = Ctx {
+            files: self,
+            front,
+            headers: AtomicUsize::new(0),
+        };
         match tls {
             Tls::Kernel(k) => session(k, &cx, stop).await,
             Tls::User(u) => session(u, &cx, stop).await,
@@ -91,6 +115,19 @@ impl StaticFiles {
 struct Ctx<'a> {
     files: &'a StaticFiles,
     front: &'a Front,
+    /// Which of the site's header lists the response being written gets
+    /// (`SiteHeaders::which`): its path's once the path is known, else the
+    /// site's own. (A number, not a reference: a `Cell` would make the
+    /// session's future unsendable.)
+    headers: AtomicUsize,
+}
+
+impl Ctx<'_> {
+    /// Write the site's headers for this response into its head.
+    fn site_headers(&self, h: &mut crate::http::response::Head<'_>) {
+        let list = self.files.cfg.headers.list(self.headers.load(Relaxed));
+        SiteHeaders::write(list, h);
+    }
 }
 
 /// How a session ended.
@@ -181,6 +218,7 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
             }
         }
 
+        cx.headers.store(0, Relaxed);
         // Read until a whole request head is buffered.
         let deadline = Instant::now() + header_timeout;
         let head = loop {
@@ -343,6 +381,7 @@ async fn send_page<T: Transport>(
     cx.front.metrics.status(status);
     let body = error_page(status);
     let mut h = reply.start(out, status);
+    cx.site_headers(&mut h);
     h.header("Content-Type", "text/html; charset=utf-8");
     for (k, v) in extra {
         h.header(k, v);
@@ -369,7 +408,9 @@ async fn respond<T: Transport>(
             return send_page(t, cx, out, reply, 400, &[]).await;
         }
     };
-    match cx.files.root.lookup(&norm) {
+    cx.headers
+        .store(cx.files.cfg.headers.which(Some(&norm)), Relaxed);
+    match lookup(cx, req, &norm) {
         Err(e) => {
             if let FileError::Io(err) = &e {
                 tracing::warn!("cannot open {:?}: {err}", req.target);
@@ -387,6 +428,7 @@ async fn respond<T: Transport>(
         Ok(Lookup::Listing(html)) => {
             cx.front.metrics.status(200);
             let mut h = reply.start(out, 200);
+            cx.site_headers(&mut h);
             h.header("Content-Type", "text/html; charset=utf-8");
             h.finish(Some(html.len() as u64));
             if reply.with_body() {
@@ -396,6 +438,29 @@ async fn respond<T: Transport>(
             t.write_all(out, false).await
         }
         Ok(Lookup::File(f)) => send_file(t, cx, req, reply, out, f, &norm).await,
+    }
+}
+
+/// The file for a request: as `DocRoot::lookup`, with the site's
+/// precompressed siblings, and its `fallback` for a path that is not there.
+fn lookup(cx: &Ctx<'_>, req: &RequestHead, norm: &path::NormPath) -> Result<Lookup, FileError> {
+    let cfg = &cx.files.cfg;
+    let accept = req.accept_encoding.as_deref();
+    let found = cx.files.root.lookup_coded(norm, accept, &cfg.precompressed);
+    match (&found, &cfg.fallback) {
+        (Err(FileError::NotFound), Some(fb)) => {
+            match cx.files.root.lookup_coded(fb, accept, &cfg.precompressed) {
+                Ok(Lookup::File(f)) => {
+                    // Headers follow the file sent: a missing
+                    // `/assets/x.js` answered with `/index.html` must not
+                    // get the assets' `immutable`.
+                    cx.headers.store(cfg.headers.which(Some(fb)), Relaxed);
+                    Ok(Lookup::File(f))
+                }
+                _ => found,
+            }
+        }
+        _ => found,
     }
 }
 
@@ -414,8 +479,12 @@ async fn send_file<T: Transport>(
         Outcome::NotModified => {
             cx.front.metrics.status(304);
             let mut h = reply.start(out, 304);
+            cx.site_headers(&mut h);
             h.header_date("Last-Modified", v.modified)
                 .header("ETag", v.etag.as_str());
+            if !cx.files.cfg.precompressed.is_empty() {
+                h.header("Vary", "Accept-Encoding");
+            }
             h.finish(None);
             return t.write_all(out, false).await;
         }
@@ -437,10 +506,18 @@ async fn send_file<T: Transport>(
     };
     cx.front.metrics.status(status);
     let mut h = reply.start(out, status);
-    h.header("Content-Type", f.content_type)
+    cx.site_headers(&mut h);
+    h.header("Content-Type", cx.files.cfg.charset.apply(f.content_type))
         .header_date("Last-Modified", v.modified)
         .header("ETag", v.etag.as_str())
         .header("Accept-Ranges", "bytes");
+    if let Some(enc) = f.encoding {
+        h.header("Content-Encoding", enc.name());
+    }
+    if !cx.files.cfg.precompressed.is_empty() {
+        // On the identity too (nginx's gzip_vary): caches must key on it.
+        h.header("Vary", "Accept-Encoding");
+    }
     if status == 206 {
         h.header(
             "Content-Range",
