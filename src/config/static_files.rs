@@ -138,3 +138,147 @@ pub fn resolve(
         charset,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::file::FileConfig;
+    use crate::config::settings::{resolve, Job, Origins};
+    use crate::config::ConfigError;
+    use crate::http::encoding::Encoding;
+    use crate::http::path::normalize;
+
+    fn from_text(text: &str) -> Result<crate::config::settings::Settings, ConfigError> {
+        let f = FileConfig::parse(text).unwrap();
+        let o = Origins {
+            file: Some("/etc/t.toml".into()),
+            ..Default::default()
+        };
+        resolve(f, text, &o, None)
+    }
+
+    fn files(text: &str, i: usize) -> crate::config::settings::Files {
+        match &from_text(text).unwrap().sites[i].job {
+            Job::Files(f) => f.clone(),
+            Job::Backend(_) => panic!("not files"),
+        }
+    }
+
+    #[test]
+    fn headers_merge_defaults_site_and_rules() {
+        let f = files(
+            "headers = { \"X-Default\" = \"d\", \"X-Frame-Options\" = \"SAMEORIGIN\" }\n\
+             [[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\n\
+             precompressed = [\"zstd\", \"gzip\"]\ncharset = \"utf-8\"\nfallback = \"/app/index.html\"\n\
+             headers = { \"Strict-Transport-Security\" = \"max-age=63072000\", \"X-Frame-Options\" = \"DENY\" }\n\
+             [[site.paths]]\nmatch = \"/assets/*\"\n\
+             headers = { \"Cache-Control\" = \"immutable\", \"X-Default\" = \"\" }\n\
+             [[site]]\nnames = [\"b.test\"]\nroot = \"/y\"\n",
+            0,
+        );
+        assert_eq!(f.precompressed, [Encoding::Zstd, Encoding::Gzip]);
+        assert_eq!(f.charset.as_deref(), Some("utf-8"));
+        assert_eq!(f.fallback, Some(normalize("/app/index.html").unwrap()));
+        let names = |p: &str| {
+            let mut v: Vec<String> = f
+                .headers
+                .for_path(Some(&normalize(p).unwrap()))
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            v.sort();
+            v.join(" ")
+        };
+        assert_eq!(
+            names("/a"),
+            "Strict-Transport-Security=max-age=63072000 X-Default=d X-Frame-Options=DENY"
+        );
+        assert_eq!(
+            names("/assets/a.js"),
+            "Cache-Control=immutable Strict-Transport-Security=max-age=63072000 X-Frame-Options=DENY"
+        );
+        // The defaults reach every site with a root.
+        let b = files(
+            "headers = { \"X-Default\" = \"d\" }\n[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\n",
+            0,
+        );
+        assert_eq!(b.headers.for_path(None).len(), 1);
+        assert!(b.precompressed.is_empty() && b.charset.is_none() && b.fallback.is_none());
+    }
+
+    #[test]
+    fn bad_settings_are_refused_naming_file_line_and_setting() {
+        for (text, want) in [
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\n\nheaders = { \"Content-Length\" = \"5\" }\n",
+                "config file /etc/t.toml, line 5, setting headers: Content-Length cannot be set",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nheaders = { \"X Bad\" = \"5\" }\n",
+                "line 4, setting headers: \"X Bad\" is not a header name",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nheaders = { \"X-A\" = \"a\\r\\nX-B: b\" }\n",
+                "line 4, setting headers: the value of X-A holds the control byte 0x0d",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nheaders = { \"X-A\" = \"1\", \"x-a\" = \"2\" }\n",
+                "setting headers: x-a is set twice",
+            ),
+            (
+                "headers = { \"Date\" = \"x\" }\n[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\n",
+                "line 1, setting headers: Date cannot be set",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\n[[site.paths]]\nmatch = \"/a/*\"\nheaders = { \"Transfer-Encoding\" = \"chunked\" }\n",
+                "line 6, setting [[site.paths]] headers: Transfer-Encoding cannot be set",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\n[[site.paths]]\nmatch = \"\"\nheaders = {}\n",
+                "line 4, setting [[site.paths]] match: an empty pattern",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\n[[site.paths]]\nmatch = \"/a\"\n",
+                "setting [[site.paths]] headers: the rule for \"/a\" sets nothing",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nbackend = \"127.0.0.1:1\"\nheaders = { \"X-A\" = \"1\" }\n",
+                "setting headers: headers is for a site with a root",
+            ),
+            (
+                "headers = { \"X-A\" = \"1\" }\nbackend = \"127.0.0.1:1\"\n",
+                "setting headers: headers is for a site with a root",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nbackend = \"127.0.0.1:1\"\nprecompressed = [\"gzip\"]\n",
+                "setting precompressed: precompressed is for a site with a root",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nprecompressed = [\"deflate\"]\n",
+                "setting precompressed: \"deflate\" is not a coding",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nprecompressed = [\"gzip\", \"gzip\"]\n",
+                "\"gzip\" is listed twice",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nfallback = \"index.html\"\n",
+                "setting fallback: \"index.html\" is not a path from the root",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nfallback = \"/../x\"\n",
+                "setting fallback: \"/../x\" path climbs above the document root",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nfallback = \"/app/\"\n",
+                "names a directory",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\ncharset = \"utf 8\"\n",
+                "setting charset: \"utf 8\" is not a charset name",
+            ),
+        ] {
+            let e = from_text(text).unwrap_err().to_string();
+            assert!(e.contains(want), "{text}\n=> {e}\nwanted: {want}");
+        }
+    }
+}

@@ -1,0 +1,496 @@
+//! End-to-end tests of what a static site adds to its files, through real
+//! curl: precompressed siblings chosen by `Accept-Encoding` (`--compressed`
+//! and explicit q-values), response headers per site and per path pattern
+//! (errors and redirects included), the SPA `fallback`, `charset` only
+//! where configured, and `config check` refusing bad headers.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::Command;
+
+/// One response: its head (lower-cased names) and body.
+struct Got {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Got {
+    fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn has(&self, name: &str, value: &str) -> bool {
+        self.header(name) == Some(value)
+    }
+}
+
+/// curl `path` of `host` (None: the default site, by IP) with `args`.
+fn get(server: &Server, host: Option<&str>, path: &str, args: &[&str]) -> Got {
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("body");
+    let body_s = body.display().to_string();
+    let mut a: Vec<String> = vec!["-D".into(), "-".into(), "-o".into(), body_s];
+    let url = match host {
+        Some(h) => {
+            a.extend([
+                "-k".into(),
+                "--resolve".into(),
+                format!("{h}:{}:127.0.0.1", server.port),
+            ]);
+            format!("https://{h}:{}{path}", server.port)
+        }
+        None => server.url(path),
+    };
+    a.extend(args.iter().map(|s| s.to_string()));
+    a.push(url);
+    let argv: Vec<&str> = a.iter().map(String::as_str).collect();
+    let out = server.curl(&argv);
+    assert!(
+        out.status.success(),
+        "curl {argv:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let head = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    Got {
+        status,
+        headers,
+        body: std::fs::read(&body).unwrap_or_default(),
+    }
+}
+
+/// Run `program` (from tests/packages.txt) with `args`; it must succeed.
+fn run(program: &str, args: &[&str]) {
+    let out = tool(program).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A real .gz and .zst of `file` (as `gzip -k` and `zstd -k` write them).
+fn compress(file: &Path) {
+    let f = file.display().to_string();
+    run(
+        "zstd",
+        &[
+            "-q",
+            "-f",
+            "-k",
+            "--format=gzip",
+            "-o",
+            &format!("{f}.gz"),
+            &f,
+        ],
+    );
+    run(
+        "zstd",
+        &["-q", "-f", "-k", "-19", "-o", &format!("{f}.zst"), &f],
+    );
+}
+
+/// The sites of the multi-site tests, each in its own directory:
+/// - `localhost` (the default): precompressed br, zstd, gzip; charset;
+///   site headers and path rules.
+/// - `spa.test`: a fallback, precompressed gzip only, no charset.
+///
+/// Top-level `headers` reach both.
+struct Sites {
+    dir: tempfile::TempDir,
+    _outside: tempfile::TempDir,
+    server: Server,
+}
+
+fn sites() -> Sites {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    let b = dir.path().join("b");
+    std::fs::create_dir_all(a.join("assets")).unwrap();
+    std::fs::create_dir_all(a.join("dir")).unwrap();
+    std::fs::create_dir_all(b.join("static")).unwrap();
+    let js = content(20_000, 7)
+        .iter()
+        .map(|b| b'a' + b % 16)
+        .collect::<Vec<u8>>();
+    std::fs::write(a.join("assets/app.js"), &js).unwrap();
+    compress(&a.join("assets/app.js"));
+    // Not real brotli: the bytes are served as they are, never decoded.
+    std::fs::write(
+        a.join("assets/app.js.br"),
+        b"brotli bytes, stored as they are",
+    )
+    .unwrap();
+    std::fs::write(a.join("style.css"), "body { color: red }\n".repeat(50)).unwrap();
+    compress(&a.join("style.css"));
+    std::fs::write(a.join("index.html"), "<p>a</p>\n").unwrap();
+    std::fs::write(a.join("notes.txt"), "plain\n").unwrap();
+    std::fs::write(a.join("assets/only.js.gz"), "no original").unwrap();
+    std::fs::write(a.join("secret.txt"), "public text\n").unwrap();
+    std::fs::write(outside.path().join("leak.gz"), "outside the root").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("leak.gz"), a.join("secret.txt.gz")).unwrap();
+    std::fs::write(b.join("index.html"), "<div id=app></div>\n").unwrap();
+    compress(&b.join("index.html"));
+    std::fs::write(b.join("static/app.css"), "p{}\n").unwrap();
+    let config = dir.path().join("sites.toml");
+    std::fs::write(
+        &config,
+        r#"workers = 1
+headers = { "X-Content-Type-Options" = "nosniff" }
+
+[[site]]
+names = ["localhost"]
+default = true
+root = "a"
+precompressed = ["br", "zstd", "gzip"]
+charset = "utf-8"
+headers = { "Strict-Transport-Security" = "max-age=63072000", "X-Frame-Options" = "DENY" }
+
+[[site.paths]]
+match = "/assets/*"
+headers = { "Cache-Control" = "public, max-age=31536000, immutable", "X-Frame-Options" = "" }
+
+[[site.paths]]
+match = "*.css"
+headers = { "Cache-Control" = "max-age=60" }
+
+[[site]]
+names = ["spa.test"]
+root = "b"
+fallback = "/index.html"
+precompressed = ["gzip"]
+
+[[site.paths]]
+match = "/static/*"
+headers = { "Cache-Control" = "immutable" }
+"#,
+    )
+    .unwrap();
+    let server = Server::run(&config, &[]);
+    Sites {
+        dir,
+        _outside: outside,
+        server,
+    }
+}
+
+#[test]
+fn precompressed_siblings_by_accept_encoding() {
+    let s = sites();
+    let srv = &s.server;
+    let a = s.dir.path().join("a");
+    let file = |n: &str| std::fs::read(a.join(n)).unwrap();
+
+    // The identity: no coding, but Vary (caches must key on it).
+    let plain = get(srv, None, "/assets/app.js", &[]);
+    assert_eq!(plain.status, 200);
+    assert_eq!(plain.body, file("assets/app.js"));
+    assert_eq!(plain.header("content-encoding"), None);
+    assert!(plain.has("vary", "Accept-Encoding"), "{:?}", plain.headers);
+    let plain_tag = plain.header("etag").unwrap().to_string();
+
+    // Explicit q-values: br wins, byte for byte.
+    let ae = ["-H", "Accept-Encoding: br;q=1, gzip;q=0.5"];
+    let br = get(srv, None, "/assets/app.js", &ae);
+    assert_eq!(br.status, 200);
+    assert_eq!(br.body, file("assets/app.js.br"));
+    assert!(br.has("content-encoding", "br"));
+    assert!(br.has("vary", "Accept-Encoding"));
+    assert!(
+        br.has("content-type", "application/javascript; charset=utf-8")
+            || br.has("content-type", "text/javascript; charset=utf-8")
+    );
+    assert_eq!(
+        br.header("content-type"),
+        plain.header("content-type"),
+        "the sibling keeps the original's type"
+    );
+    let br_tag = br.header("etag").unwrap().to_string();
+    assert_ne!(br_tag, plain_tag);
+    assert!(br_tag.ends_with("-br\""), "{br_tag}");
+
+    // The client's q-values choose over the site's order.
+    let gz = get(
+        srv,
+        None,
+        "/assets/app.js",
+        &["-H", "Accept-Encoding: br;q=0.1, gzip;q=0.5"],
+    );
+    assert_eq!(gz.body, file("assets/app.js.gz"));
+    assert!(gz.has("content-encoding", "gzip"));
+    assert_ne!(gz.header("etag"), Some(br_tag.as_str()));
+
+    // q=0 refuses: the identity.
+    let none = get(
+        srv,
+        None,
+        "/assets/app.js",
+        &["-H", "Accept-Encoding: gzip;q=0"],
+    );
+    assert_eq!(none.body, file("assets/app.js"));
+    assert_eq!(none.header("content-encoding"), None);
+    assert!(none.has("etag", &plain_tag));
+
+    // Preconditions and ranges are about the sibling.
+    let inm = format!("If-None-Match: {br_tag}");
+    let not_modified = get(srv, None, "/assets/app.js", &[ae[0], ae[1], "-H", &inm]);
+    assert_eq!(not_modified.status, 304);
+    assert!(not_modified.has("etag", &br_tag));
+    assert!(not_modified.has("vary", "Accept-Encoding"));
+    // The sibling's tag does not match the identity.
+    let other = get(srv, None, "/assets/app.js", &["-H", &inm]);
+    assert_eq!(other.status, 200);
+    let range = get(srv, None, "/assets/app.js", &[ae[0], ae[1], "-r", "7-12"]);
+    assert_eq!(range.status, 206);
+    assert_eq!(range.body, file("assets/app.js.br")[7..13].to_vec());
+    assert!(range.has("content-encoding", "br"));
+    let br_len = file("assets/app.js.br").len();
+    assert!(range.has("content-range", &format!("bytes 7-12/{br_len}")));
+
+    // HEAD: the sibling's length, no body.
+    let head = get(srv, None, "/assets/app.js", &[ae[0], ae[1], "-I"]);
+    assert_eq!(head.status, 200);
+    assert!(head.has("content-length", &br_len.to_string()));
+    assert!(head.has("content-encoding", "br"));
+    // (curl -I writes the head where the body would go.)
+    assert!(!String::from_utf8_lossy(&head.body).contains("brotli bytes"));
+
+    // curl --compressed decodes what it gets: zstd for style.css (no .br),
+    // and the result is the original.
+    let css = get(srv, None, "/style.css", &["--compressed"]);
+    assert!(css.has("content-encoding", "zstd"), "{:?}", css.headers);
+    assert_eq!(css.body, file("style.css"));
+    let css_gz = get(
+        srv,
+        None,
+        "/style.css",
+        &["--compressed", "-H", "Accept-Encoding: gzip"],
+    );
+    assert!(css_gz.has("content-encoding", "gzip"));
+    assert_eq!(css_gz.body, file("style.css"));
+
+    // A sibling whose symlink leaves the root is not served.
+    let secret = get(srv, None, "/secret.txt", &["-H", "Accept-Encoding: gzip"]);
+    assert_eq!(secret.status, 200);
+    assert_eq!(secret.header("content-encoding"), None);
+    assert_eq!(secret.body, b"public text\n");
+
+    // A sibling without its original is not served.
+    let only = get(
+        srv,
+        None,
+        "/assets/only.js",
+        &["-H", "Accept-Encoding: gzip"],
+    );
+    assert_eq!(only.status, 404);
+}
+
+#[test]
+fn headers_per_site_and_per_path_on_every_response() {
+    let s = sites();
+    let srv = &s.server;
+    let hsts = "max-age=63072000";
+    let immutable = "public, max-age=31536000, immutable";
+
+    let root = get(srv, None, "/", &["-I"]);
+    assert_eq!(root.status, 200);
+    assert!(root.has("strict-transport-security", hsts));
+    assert!(root.has("x-frame-options", "DENY"));
+    assert!(root.has("x-content-type-options", "nosniff"));
+    assert_eq!(root.header("cache-control"), None);
+
+    // A path rule adds, overrides and removes ("" removes the site's).
+    let asset = get(srv, None, "/assets/app.js", &["-I"]);
+    assert!(asset.has("cache-control", immutable));
+    assert!(asset.has("strict-transport-security", hsts));
+    assert_eq!(asset.header("x-frame-options"), None);
+    // The first rule that matches applies.
+    assert!(get(srv, None, "/style.css", &["-I"]).has("cache-control", "max-age=60"));
+
+    // Errors and redirects carry them too.
+    let missing = get(srv, None, "/nope.html", &[]);
+    assert_eq!(missing.status, 404);
+    assert!(missing.has("strict-transport-security", hsts));
+    assert!(missing.has("x-frame-options", "DENY"));
+    let missing_asset = get(srv, None, "/assets/nope.js", &["-I"]);
+    assert_eq!(missing_asset.status, 404);
+    assert!(missing_asset.has("cache-control", immutable));
+    let forbidden = get(srv, None, "/dir/", &["-I"]);
+    assert_eq!(forbidden.status, 403);
+    assert!(forbidden.has("strict-transport-security", hsts));
+    let redirect = get(srv, None, "/dir", &["-I"]);
+    assert_eq!(redirect.status, 301);
+    assert!(redirect.has("strict-transport-security", hsts));
+    assert!(redirect.has("location", "/dir/"));
+    let not_modified = get(
+        srv,
+        None,
+        "/",
+        &[
+            "-H",
+            &format!("If-None-Match: {}", root.header("etag").unwrap()),
+        ],
+    );
+    assert_eq!(not_modified.status, 304);
+    assert!(not_modified.has("strict-transport-security", hsts));
+
+    // The other site has its own (and the top-level defaults).
+    let b = get(srv, Some("spa.test"), "/", &["-I"]);
+    assert_eq!(b.status, 200);
+    assert_eq!(b.header("strict-transport-security"), None);
+    assert!(b.has("x-content-type-options", "nosniff"));
+    assert!(
+        get(srv, Some("spa.test"), "/static/app.css", &["-I"]).has("cache-control", "immutable")
+    );
+}
+
+#[test]
+fn fallback_answers_paths_that_do_not_exist() {
+    let s = sites();
+    let srv = &s.server;
+    let index = std::fs::read(s.dir.path().join("b/index.html")).unwrap();
+    for path in ["/app/settings", "/deep/a/b/", "/missing.js"] {
+        let g = get(srv, Some("spa.test"), path, &[]);
+        assert_eq!(g.status, 200, "{path}");
+        assert_eq!(g.body, index, "{path}");
+        assert!(
+            g.has("content-type", "text/html"),
+            "{path}: {:?}",
+            g.headers
+        );
+    }
+    // Existing files are themselves; HEAD works; a fallback may be
+    // precompressed like any file.
+    let css = get(srv, Some("spa.test"), "/static/app.css", &[]);
+    assert_eq!(css.body, b"p{}\n");
+    let head = get(srv, Some("spa.test"), "/route", &["-I"]);
+    assert_eq!(head.status, 200);
+    assert!(head.has("content-length", &index.len().to_string()));
+    let gz = get(
+        srv,
+        Some("spa.test"),
+        "/route",
+        &["--compressed", "-H", "Accept-Encoding: gzip"],
+    );
+    assert!(gz.has("content-encoding", "gzip"));
+    assert_eq!(gz.body, index);
+    // Headers follow the file sent: a missing /static/ file answered
+    // with /index.html does not get the rule for /static/*.
+    let missing_static = get(srv, Some("spa.test"), "/static/gone.css", &["-I"]);
+    assert_eq!(missing_static.status, 200);
+    assert_eq!(missing_static.header("cache-control"), None);
+    // Without fallback, a missing path is 404.
+    assert_eq!(get(srv, None, "/app/settings", &["-I"]).status, 404);
+}
+
+#[test]
+fn charset_only_where_configured() {
+    let s = sites();
+    let srv = &s.server;
+    let ct = |host, path| {
+        get(srv, host, path, &["-I"])
+            .header("content-type")
+            .unwrap_or("")
+            .to_string()
+    };
+    assert_eq!(ct(None, "/"), "text/html; charset=utf-8");
+    assert_eq!(ct(None, "/notes.txt"), "text/plain; charset=utf-8");
+    assert_eq!(ct(None, "/style.css"), "text/css; charset=utf-8");
+    assert_eq!(ct(Some("spa.test"), "/"), "text/html");
+    assert_eq!(ct(Some("spa.test"), "/static/app.css"), "text/css");
+}
+
+/// `serve` takes the same settings as flags.
+#[test]
+fn serve_flags_precompressed_fallback_charset() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("index.html"), "<p>spa</p>\n".repeat(20)).unwrap();
+    compress(&dir.path().join("index.html"));
+    let server = Server::start_in(
+        dir.path(),
+        &[
+            "--precompressed",
+            "gzip,zstd",
+            "--fallback",
+            "/index.html",
+            "--charset",
+            "utf-8",
+        ],
+    );
+    let g = get(&server, None, "/some/route", &["--compressed"]);
+    assert_eq!(g.status, 200);
+    assert!(g.has("content-encoding", "gzip"), "{:?}", g.headers);
+    assert!(g.has("content-type", "text/html; charset=utf-8"));
+    assert!(g.has("vary", "Accept-Encoding"));
+    assert_eq!(g.body, "<p>spa</p>\n".repeat(20).into_bytes());
+}
+
+#[test]
+fn config_check_refuses_bad_headers_naming_line_and_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("www")).unwrap();
+    let config = dir.path().join("bad.toml");
+    for (text, want) in [
+        (
+            "[[site]]\nnames = [\"a.test\"]\nroot = \"www\"\nheaders = { \"Content-Length\" = \"0\" }\n",
+            "line 4, setting headers: Content-Length cannot be set: tlsfront sets it for each response; leave it out",
+        ),
+        (
+            "[[site]]\nnames = [\"a.test\"]\nroot = \"www\"\n\n[[site.paths]]\nmatch = \"*.js\"\nheaders = { \"X-A\" = \"1\\r\\nSet-Cookie: x\" }\n",
+            "line 7, setting [[site.paths]] headers: the value of X-A holds the control byte 0x0d",
+        ),
+        (
+            "[[site]]\nnames = [\"a.test\"]\nbackend = \"127.0.0.1:1\"\nheaders = { \"X-A\" = \"1\" }\n",
+            "setting headers: headers is for a site with a root",
+        ),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        let out = Command::new(BIN)
+            .args(["config", "check"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.status.success(), "{said}");
+        assert!(said.contains(want), "{said}\nwanted: {want}");
+        assert!(said.contains(&config.display().to_string()), "{said}");
+    }
+    // A fallback that is not there yet is a warning, not an error.
+    std::fs::write(
+        &config,
+        "[[site]]\nnames = [\"a.test\"]\nroot = \"www\"\nfallback = \"/index.html\"\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["config", "check"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("warning: fallback") && said.contains("index.html"),
+        "{said}"
+    );
+}
