@@ -493,7 +493,7 @@ fn resolve_site(
                 ),
                 _ => at(k),
             };
-            let static_files = super::static_files::resolve(&s, default_headers, &at, &spot)?;
+            let static_files = super::static_files::resolve(&s, default_headers, top, &at, &spot)?;
             Job::Files(Files {
                 root,
                 autoindex: s.autoindex.unwrap_or(false),

@@ -19,11 +19,14 @@ pub struct StaticFiles {
     pub charset: Option<String>,
 }
 
-/// Resolve the keys of `s`. `at(key)` names where a key was set; `spot(key,
-/// span)` the same, with the line of `span` in the file where known.
+/// Resolve the keys of `s`. `top`: the site is described at the top level
+/// (its rules are `[[paths]]`, not `[[site.paths]]`). `at(key)` names where
+/// a key was set; `spot(key, span)` the same, with the line of `span` in
+/// the file where known.
 pub fn resolve(
     s: &SiteFile,
     defaults: Option<&HeadersFile>,
+    top: bool,
     at: &dyn Fn(&str) -> String,
     spot: &dyn Fn(&str, Range<usize>) -> String,
 ) -> Result<StaticFiles, ConfigError> {
@@ -71,23 +74,25 @@ pub fn resolve(
     };
     let defaults = headers_of(defaults, "headers")?;
     let site = headers_of(s.headers.as_ref(), "headers")?;
+    let table = if top { "[[paths]]" } else { "[[site.paths]]" };
+    let (match_key, headers_key) = (format!("{table} match"), format!("{table} headers"));
     let mut rules = Vec::with_capacity(s.paths.len());
     for rule in &s.paths {
         let r = rule.get_ref();
         let pattern = Pattern::new(&r.pattern).map_err(|message| ConfigError::Invalid {
-            origin: spot("[[site.paths]] match", rule.span()),
+            origin: spot(&match_key, rule.span()),
             message,
         })?;
         let Some(h) = &r.headers else {
             return Err(ConfigError::Invalid {
-                origin: spot("[[site.paths]] headers", rule.span()),
+                origin: spot(&headers_key, rule.span()),
                 message: format!(
                     "the rule for {:?} sets nothing: give it headers = {{ \"Name\" = \"value\" }}",
                     r.pattern
                 ),
             });
         };
-        rules.push((pattern, headers_of(Some(h), "[[site.paths]] headers")?));
+        rules.push((pattern, headers_of(Some(h), &headers_key)?));
     }
     let headers = SiteHeaders::new(&defaults, &site, rules);
 
@@ -251,6 +256,10 @@ mod tests {
             (
                 "[[site]]\nnames = [\"a.test\"]\nbackend = \"127.0.0.1:1\"\nprecompressed = [\"gzip\"]\n",
                 "setting precompressed: precompressed is for a site with a root",
+            ),
+            (
+                "root = \"/x\"\n[[paths]]\nmatch = \"*.js\"\nheaders = { \"Server\" = \"x\" }\n",
+                "line 4, setting [[paths]] headers: Server cannot be set",
             ),
             (
                 "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nprecompressed = [\"deflate\"]\n",
