@@ -64,7 +64,7 @@ if [[ ${TLSFRONT_SKIP_GUEST:-0} == 1 ]]; then
   exit 0
 fi
 
-bins=$(cargo test --locked --test serve --test proxy --test http_conformance --test sites --test fleet --no-run --message-format=json 2>/dev/null |
+bins=$(cargo test --locked --test serve --test proxy --test http_conformance --test sites --test static_sites --test fleet --no-run --message-format=json 2>/dev/null |
   python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)

@@ -300,6 +300,10 @@ fn precompressed_siblings_by_accept_encoding() {
         &["-H", "Accept-Encoding: gzip"],
     );
     assert_eq!(only.status, 404);
+
+    // Siblings go out on the path any file takes: with kTLS where the
+    // kernel has it (sendfile), in user space elsewhere.
+    s.server.stop_and_check_path(12);
 }
 
 #[test]
