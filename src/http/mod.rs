@@ -75,6 +75,15 @@ mod no_panic_tests {
                 }
             }
             let _ = crate::tls::sni_for_tests(&b);
+            let all = super::encoding::Encoding::ALL;
+            let ranked: Vec<_> = super::encoding::ranked(Some(&s), &all).collect();
+            assert!(ranked.len() <= all.len());
+            if let (Ok(pat), Ok(p)) = (
+                super::site_headers::Pattern::new(&s),
+                super::path::normalize("/a/b.css"),
+            ) {
+                let _ = pat.matches(&p);
+            }
         }
     }
 }
