@@ -339,6 +339,14 @@ fn headers_per_site_and_per_path_on_every_response() {
     let forbidden = get(srv, None, "/dir/", &["-I"]);
     assert_eq!(forbidden.status, 403);
     assert!(forbidden.has("strict-transport-security", hsts));
+    // Requests refused before their path is looked at get the site's.
+    let bad_path = get(srv, None, "/a/%00", &[]);
+    assert_eq!(bad_path.status, 400);
+    assert!(bad_path.has("strict-transport-security", hsts));
+    let post = get(srv, None, "/assets/app.js", &["-X", "POST"]);
+    assert_eq!(post.status, 405);
+    assert!(post.has("strict-transport-security", hsts));
+    assert_eq!(post.header("cache-control"), None);
     let redirect = get(srv, None, "/dir", &["-I"]);
     assert_eq!(redirect.status, 301);
     assert!(redirect.has("strict-transport-security", hsts));
