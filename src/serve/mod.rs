@@ -76,10 +76,14 @@ impl StaticFiles {
         &self,
         front: &Front,
         tls: Tls,
-        _info: ConnInfo,
+        info: ConnInfo,
         stop: watch::Receiver<bool>,
     ) {
-        let cx = Ctx { files: self, front };
+        let cx = Ctx {
+            files: self,
+            front,
+            site: &info.metrics,
+        };
         match tls {
             Tls::Kernel(k) => session(k, &cx, stop).await,
             Tls::User(u) => session(u, &cx, stop).await,
@@ -91,6 +95,8 @@ impl StaticFiles {
 struct Ctx<'a> {
     files: &'a StaticFiles,
     front: &'a Front,
+    /// The site's counters.
+    site: &'a crate::metrics::SiteMetrics,
 }
 
 /// How a session ended.
@@ -220,6 +226,9 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
                 };
             }
         };
+        // A request's duration runs from its whole head read to its
+        // response sent (the body of a file included).
+        let started = Instant::now();
         buf.copy_within(head.head_len..filled, 0);
         filled -= head.head_len;
 
@@ -263,6 +272,7 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
         if let Err(e) = result {
             return End::Abort(e);
         }
+        cx.site.request_done(started.elapsed().as_secs_f64());
         served += 1;
         if !reply.keep_alive() {
             return End::Close;
@@ -340,7 +350,7 @@ async fn send_page<T: Transport>(
     status: u16,
     extra: &[(&str, &str)],
 ) -> Result<(), TransportError> {
-    cx.front.metrics.status(status);
+    cx.site.status(status);
     let body = error_page(status);
     let mut h = reply.start(out, status);
     h.header("Content-Type", "text/html; charset=utf-8");
@@ -351,7 +361,7 @@ async fn send_page<T: Transport>(
     if reply.with_body() {
         out.extend_from_slice(body.as_bytes());
     }
-    cx.front.metrics.bytes(t.path(), out.len() as u64);
+    cx.site.bytes(t.path(), out.len() as u64);
     t.write_all(out, false).await
 }
 
@@ -385,14 +395,14 @@ async fn respond<T: Transport>(
             send_page(t, cx, out, reply, 301, &[("Location", &url)]).await
         }
         Ok(Lookup::Listing(html)) => {
-            cx.front.metrics.status(200);
+            cx.site.status(200);
             let mut h = reply.start(out, 200);
             h.header("Content-Type", "text/html; charset=utf-8");
             h.finish(Some(html.len() as u64));
             if reply.with_body() {
                 out.extend_from_slice(html.as_bytes());
             }
-            cx.front.metrics.bytes(t.path(), out.len() as u64);
+            cx.site.bytes(t.path(), out.len() as u64);
             t.write_all(out, false).await
         }
         Ok(Lookup::File(f)) => send_file(t, cx, req, reply, out, f, &norm).await,
@@ -412,7 +422,7 @@ async fn send_file<T: Transport>(
     match conditional::evaluate(req, v) {
         Outcome::Proceed => {}
         Outcome::NotModified => {
-            cx.front.metrics.status(304);
+            cx.site.status(304);
             let mut h = reply.start(out, 304);
             h.header_date("Last-Modified", v.modified)
                 .header("ETag", v.etag.as_str());
@@ -435,7 +445,7 @@ async fn send_file<T: Transport>(
             return send_page(t, cx, out, reply, 416, &[("Content-Range", &cr)]).await;
         }
     };
-    cx.front.metrics.status(status);
+    cx.site.status(status);
     let mut h = reply.start(out, status);
     h.header("Content-Type", f.content_type)
         .header_date("Last-Modified", v.modified)
@@ -449,7 +459,7 @@ async fn send_file<T: Transport>(
     }
     h.finish(Some(len));
     let body = reply.with_body() && len > 0;
-    cx.front.metrics.bytes(t.path(), out.len() as u64);
+    cx.site.bytes(t.path(), out.len() as u64);
     t.write_all(out, body).await?;
     if body {
         if let Err(e) = t.send_file(&f.file, start, len).await {
@@ -463,7 +473,7 @@ async fn send_file<T: Transport>(
             }
             return Err(e);
         }
-        cx.front.metrics.bytes(t.path(), len);
+        cx.site.bytes(t.path(), len);
     }
     Ok(())
 }
