@@ -387,12 +387,12 @@ pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError>
     for a in &bound {
         println!("{}", announce(&settings, &sites, *a));
     }
-    println!("{}", ktls.summary());
     if let Some(l) = &admin {
         if let Ok(a) = l.local_addr() {
             println!("metrics on http://{a}/metrics, health on http://{a}/healthz");
         }
     }
+    println!("{}", ktls.summary());
 
     let grace = secs(settings.timeouts.shutdown);
     let challenges = crate::acme::Challenges::default();
