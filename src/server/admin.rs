@@ -16,6 +16,7 @@
 use super::{Front, StartError};
 use socket2::{Domain, Socket, Type};
 use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -29,23 +30,48 @@ const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Admin connections served at once.
 const MAX_CONNECTIONS: usize = 16;
 
-/// Bind the admin address (before privileges are dropped). `SO_REUSEPORT`:
-/// a process started by an upgrade (SIGUSR2) binds it while the old one
-/// still answers, draining (`/healthz` 503) until it exits.
-pub(super) fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, StartError> {
-    let bind = || -> std::io::Result<std::net::TcpListener> {
-        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
-        sock.set_reuse_address(true)?;
-        sock.set_reuse_port(true)?;
-        if addr.is_ipv6() {
-            sock.set_only_v6(true)?;
-        }
-        sock.set_nonblocking(true)?;
-        sock.bind(&addr.into())?;
-        sock.listen(64)?;
-        Ok(sock.into())
+/// The admin listener: the socket inherited for its address (from the
+/// process that started this one on SIGUSR2, or from systemd), else one
+/// bound now (before privileges are dropped); and a duplicate to hand on to
+/// a new process on SIGUSR2, which could not bind the address while this
+/// one holds it (nor at all once this one runs as `user`). Not with port
+/// 0: a new process asks for any port again, and its own listeners on port
+/// 0 would take an inherited socket on the same IP for theirs.
+pub(super) fn bind(
+    addr: SocketAddr,
+    inherited: &mut Vec<(SocketAddr, std::net::TcpListener)>,
+) -> Result<(std::net::TcpListener, Option<OwnedFd>), StartError> {
+    let fail = |source| StartError::Admin { addr, source };
+    let taken = if addr.port() == 0 {
+        None
+    } else {
+        super::handover::take_for(addr, inherited)
+            .into_iter()
+            .next()
     };
-    bind().map_err(|source| StartError::Admin { addr, source })
+    let listener = match taken {
+        Some(l) => {
+            l.set_nonblocking(true).map_err(fail)?;
+            l
+        }
+        None => {
+            let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None).map_err(fail)?;
+            sock.set_reuse_address(true).map_err(fail)?;
+            if addr.is_ipv6() {
+                sock.set_only_v6(true).map_err(fail)?;
+            }
+            sock.set_nonblocking(true).map_err(fail)?;
+            sock.bind(&addr.into()).map_err(fail)?;
+            sock.listen(64).map_err(fail)?;
+            sock.into()
+        }
+    };
+    let dup = if addr.port() == 0 {
+        None
+    } else {
+        Some(listener.as_fd().try_clone_to_owned().map_err(fail)?)
+    };
+    Ok((listener, dup))
 }
 
 /// Answer admin connections until the process exits. `stop` turns true

@@ -370,12 +370,21 @@ pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError>
     );
     // Wait for the ClientHello in the kernel as long as the handshake may take.
     let defer = settings.timeouts.handshake.ceil() as u32;
+    // The admin socket first: a listen address with port 0 takes every
+    // inherited socket on its IP.
+    let admin = settings
+        .admin
+        .map(|a| admin::bind(a, &mut inherited))
+        .transpose()?;
     let Bound {
         per_worker: listeners,
         addrs: bound,
-        handover,
+        mut handover,
     } = bind_all(&settings.listen, workers, defer, &mut inherited)?;
-    let admin = settings.admin.map(admin::bind).transpose()?;
+    let admin = admin.map(|(l, dup)| {
+        handover.extend(dup);
+        l
+    });
     // Keys are read and ports bound: nothing needs root from here on.
     if let Some(who) = &settings.run_as {
         who.switch()?;

@@ -208,7 +208,11 @@ async fn connection(
         let hs = match timer::timeout(secs(t.handshake), hs).await {
             Ok(Ok(hs)) => hs,
             Ok(Err(e)) => {
-                front.metrics.handshake_failed(e.label().unwrap_or("other"));
+                front.metrics.handshake_failed(match &e {
+                    HandshakeError::Eof => "eof",
+                    HandshakeError::Transport(t) => t.kind(),
+                    _ => e.label().unwrap_or("other"),
+                });
                 if let Some(label) = e.label() {
                     front.metrics.error(label);
                 }
