@@ -2,7 +2,8 @@
 //! `admin` and two sites (files, and a backend on a closed port), requests
 //! through curl (200s and 404s), a resumed session (openssl s_client), then
 //! a Prometheus scraping `/metrics` every second, asked through its HTTP
-//! API until the counts made here appear. Also `/healthz` (200 while
+//! API until the counts made here appear, and until a reload that drops a
+//! site drops its certificate's series. Also `/healthz` (200 while
 //! serving, 503 once draining) and a bad `admin` address refused with
 //! where it was set.
 
@@ -143,8 +144,9 @@ impl Prometheus {
         }
     }
 
-    /// The samples of an instant query: (labels, value).
-    fn query(&self, expr: &str) -> Vec<(serde_json::Value, f64)> {
+    /// The samples of an instant query, (labels, value); `None` when
+    /// Prometheus gave no answer (not up yet) or an error.
+    fn query(&self, expr: &str) -> Option<Vec<(serde_json::Value, f64)>> {
         let out = tool("curl")
             .args(["-sS", "--max-time", "5", "-G"])
             .arg(format!("http://127.0.0.1:{}/api/v1/query", self.port))
@@ -152,20 +154,20 @@ impl Prometheus {
             .arg(format!("query={expr}"))
             .output()
             .unwrap();
-        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
-            return Vec::new();
-        };
-        v["data"]["result"]
-            .as_array()
-            .map(|r| {
-                r.iter()
-                    .map(|s| {
-                        let value = s["value"][1].as_str().unwrap_or("NaN");
-                        (s["metric"].clone(), value.parse().unwrap_or(f64::NAN))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
+        let v = serde_json::from_slice::<serde_json::Value>(&out.stdout).ok()?;
+        if v["status"] != "success" {
+            return None;
+        }
+        let samples = v["data"]["result"].as_array()?;
+        Some(
+            samples
+                .iter()
+                .map(|s| {
+                    let value = s["value"][1].as_str().unwrap_or("NaN");
+                    (s["metric"].clone(), value.parse().unwrap_or(f64::NAN))
+                })
+                .collect(),
+        )
     }
 
     /// Query until `ok` holds for the samples (up to 30 s); the samples.
@@ -173,8 +175,8 @@ impl Prometheus {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let r = self.query(expr);
-            if ok(&r) {
-                return r.into_iter().map(|(_, v)| v).collect();
+            if let Some(r) = r.as_deref().filter(|r| ok(r)) {
+                return r.iter().map(|(_, v)| *v).collect();
             }
             assert!(
                 Instant::now() < deadline,
@@ -294,6 +296,25 @@ fn prometheus_scrapes_what_was_served() {
     }
     prometheus.wait_value("tlsfront_build_info", |v| v == 1.0);
     prometheus.wait_value("tlsfront_ticket_key_age_seconds", |v| v >= 0.0);
+
+    // A reload without the backend site: its certificate's series goes,
+    // the other site's stays.
+    let config = dir.path().join("tlsfront.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let files_only = &text[..text.rfind("[[site]]").unwrap()];
+    std::fs::write(&config, files_only).unwrap();
+    server.reload();
+    let out = server.wait_for_output("reloaded", 1);
+    assert!(out.contains(": 1 site"), "{out}");
+    prometheus.wait_value("tlsfront_reloads_total", |v| v == 1.0);
+    prometheus.wait(
+        "tlsfront_certificate_expiry_timestamp_seconds{site=\"backend.test\"}",
+        |r| r.is_empty(),
+    );
+    prometheus.wait_value(
+        "count(tlsfront_certificate_expiry_timestamp_seconds{site=\"files.test\"})",
+        |v| v == 1.0,
+    );
     drop(prometheus);
 
     // The shutdown summary is unchanged, and counts the same.
