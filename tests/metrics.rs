@@ -4,8 +4,8 @@
 //! a Prometheus scraping `/metrics` every second, asked through its HTTP
 //! API until the counts made here appear, and until a reload that drops a
 //! site drops its certificate's series. Also `/healthz` (200 while
-//! serving, 503 once draining) and a bad `admin` address refused with
-//! where it was set.
+//! serving, 503 once draining), the admin socket handed on in an upgrade,
+//! and a bad `admin` address refused with where it was set.
 
 mod common;
 
@@ -376,4 +376,61 @@ fn a_bad_admin_address_names_the_setting() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("line 3, setting admin"), "{err}");
     assert!(err.contains("127.0.0.1:9101"), "{err}");
+}
+
+/// Is `pid` a live process (not gone, not a zombie)?
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, r)| !r.starts_with(" Z"))
+    })
+}
+
+#[test]
+fn an_upgrade_hands_the_admin_address_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let admin_port = free_port();
+    let config = dir.path().join("tlsfront.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "admin = \"127.0.0.1:{admin_port}\"\nroot = {:?}\n",
+            root.display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut server = Server::run(&config, &[]);
+    let addr = format!("127.0.0.1:{admin_port}");
+    assert_eq!(admin_addr(&server), addr);
+    assert_eq!(admin(&addr, "GET", "/healthz").0, "200");
+    server.signal(rustix::process::Signal::USR2);
+    let out = server.wait_for_output("upgraded: new process ", 1);
+    let new: u32 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("upgraded: new process "))
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no upgrade in {out}"));
+    // The new process took the admin socket (it could not have bound it
+    // while the old one held it) and answers on it once the old is gone.
+    assert!(
+        out.contains(&format!("metrics on http://{addr}/metrics")),
+        "{out}"
+    );
+    assert!(server.wait_exit(Duration::from_secs(20)).is_some());
+    assert_eq!(admin(&addr, "GET", "/healthz"), ("200".into(), "ok".into()));
+    let (status, text) = admin(&addr, "GET", "/metrics");
+    assert_eq!(status, "200");
+    assert!(text.contains("tlsfront_build_info{"), "{text}");
+    let pid = rustix::process::Pid::from_raw(new as i32).unwrap();
+    let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while alive(new) {
+        assert!(
+            Instant::now() < deadline,
+            "process {new} did not stop within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
