@@ -121,10 +121,11 @@ const DURATION_BUCKETS: [f64; 14] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0,
 ];
 
-/// The statuses a site's counters keep a resolved handle for; any other
-/// status is looked up in the family on each response (none is sent today).
-const STATUSES: [u16; 16] = [
-    200, 206, 301, 304, 400, 403, 404, 405, 408, 412, 413, 416, 417, 431, 500, 503,
+/// The statuses a site's counters keep a resolved handle for (those the
+/// file service answers with); any other status is looked up in the family
+/// on each response.
+const STATUSES: [u16; 19] = [
+    200, 206, 301, 304, 400, 403, 404, 405, 408, 412, 413, 414, 416, 417, 431, 500, 501, 503, 505,
 ];
 
 /// A family keyed by a static name (an error kind, a reason), and the
