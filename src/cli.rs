@@ -76,6 +76,10 @@ pub struct GlobalArgs {
     /// Address to listen on, IPv4 or IPv6 (repeatable) [default: 127.0.0.1:8443].
     #[arg(long, value_name = "ADDR")]
     pub listen: Vec<String>,
+    /// Plain-HTTP admin address for /metrics (Prometheus) and /healthz,
+    /// e.g. 127.0.0.1:9101 [default: none].
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<String>,
     /// Worker threads [default: number of cores].
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
@@ -117,6 +121,10 @@ impl GlobalArgs {
                 .map(|l| toml::Spanned::new(0..0, l.clone()))
                 .collect();
             o.flag("listen", "--listen");
+        }
+        if let Some(a) = &self.admin {
+            f.admin = Some(toml::Spanned::new(0..0, a.clone()));
+            o.flag("admin", "--admin");
         }
         if let Some(w) = self.workers {
             f.workers = Some(w);

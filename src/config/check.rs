@@ -64,6 +64,9 @@ fn describe(s: &Settings, now: SystemTime, out: &mut String) -> usize {
             UnknownNames::Reject => "refused (unrecognized_name)",
         }
     );
+    if let Some(a) = s.admin {
+        let _ = writeln!(out, "admin: http://{a}/metrics and /healthz (plain HTTP)");
+    }
     let mut errors = 0;
     for (i, site) in s.sites.iter().enumerate() {
         errors += describe_site(site, &s.acme, i == s.default_site, now, out);

@@ -150,6 +150,8 @@ pub struct SiteFile {
 #[serde(default, deny_unknown_fields)]
 pub struct FileConfig {
     pub listen: Vec<Spanned<String>>,
+    /// Plain-HTTP admin listener: `/metrics` and `/healthz` (off unset).
+    pub admin: Option<Spanned<String>>,
     pub workers: Option<usize>,
     pub ktls: Option<KtlsMode>,
     /// Run as this user once the keys are read and the ports bound.

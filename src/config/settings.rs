@@ -22,6 +22,8 @@ pub struct Settings {
     /// The config file, if there is one (reloads read it again).
     pub file: Option<PathBuf>,
     pub listen: Vec<SocketAddr>,
+    /// The admin listener (`/metrics`, `/healthz`), if any.
+    pub admin: Option<SocketAddr>,
     pub workers: usize,
     pub ktls: KtlsMode,
     pub run_as: Option<RunAs>,
@@ -157,6 +159,27 @@ pub fn resolve(
     if listen.is_empty() {
         listen.push(parse_listen("default", "127.0.0.1:8443")?);
     }
+    let admin = match &file.admin {
+        Some(a) => {
+            let origin = match (&origins.file, origins.flags.contains_key("admin")) {
+                (Some(p), false) => format!(
+                    "config file {}, line {}, setting admin",
+                    p.display(),
+                    super::file::line_of(text, a.span().start)
+                ),
+                _ => o("admin"),
+            };
+            let value = a.get_ref();
+            Some(value.parse().map_err(|_| ConfigError::Invalid {
+                origin,
+                message: format!(
+                    "admin address {value:?} is not IP:PORT (example: 127.0.0.1:9101; keep it \
+                     on loopback or a private network: it answers without TLS or a password)"
+                ),
+            })?)
+        }
+        None => None,
+    };
     let workers = file.workers.unwrap_or_else(default_workers);
     check_workers(&o("workers"), workers)?;
     file.timeouts.check(|k| o(&format!("[timeouts] {k}")))?;
@@ -276,6 +299,7 @@ pub fn resolve(
     Ok(Settings {
         file: origins.file.clone(),
         listen,
+        admin,
         workers,
         ktls: file.ktls.unwrap_or_default(),
         run_as,

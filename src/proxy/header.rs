@@ -276,6 +276,7 @@ mod tests {
             resumed: false,
             path: crate::transport::Path::Userspace,
             site: "example.com".into(),
+            metrics: crate::metrics::Metrics::default().site(&"example.com".into()),
         }
     }
 

@@ -117,6 +117,7 @@ impl Proxy {
                 b
             }
             Err(e) => {
+                info.metrics.backend_error(e.kind());
                 self.backend_down(front, &e);
                 // The client gets a TLS close, not a hang.
                 let linger = Duration::from_secs(1);
@@ -130,6 +131,7 @@ impl Proxy {
         if let Some(v) = self.write_proxy {
             let h = header::encode(v, &info);
             if let Err(e) = backend.write_all(&h, self.connect_timeout).await {
+                info.metrics.backend_error("backend_error");
                 self.failure(
                     front,
                     "backend_error",
@@ -140,21 +142,24 @@ impl Proxy {
         }
         let idle = self.idle_timeout;
         let r = match tls {
-            Tls::Kernel(k) => relay::splice(k, &backend, idle, &front.metrics).await,
-            Tls::User(u) => relay::userspace(u, &backend, idle, &front.metrics).await,
+            Tls::Kernel(k) => relay::splice(k, &backend, idle, &info.metrics).await,
+            Tls::User(u) => relay::userspace(u, &backend, idle, &info.metrics).await,
         };
         match r {
             Ok(()) => {}
             // The backend broke a connection (a reset, an I/O error):
             // worth a (rate-limited) line, unlike a client going away.
-            Err(e @ relay::RelayError::Backend(_)) => self.failure(
-                front,
-                e.kind(),
-                format_args!(
-                    "backend {}, connection from {}: {e}",
-                    self.backend, info.client
-                ),
-            ),
+            Err(e @ relay::RelayError::Backend(_)) => {
+                info.metrics.backend_error(e.kind());
+                self.failure(
+                    front,
+                    e.kind(),
+                    format_args!(
+                        "backend {}, connection from {}: {e}",
+                        self.backend, info.client
+                    ),
+                )
+            }
             Err(e) => {
                 front.metrics.error(e.kind());
                 tracing::debug!("connection from {} ended: {e}", info.client);

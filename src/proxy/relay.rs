@@ -18,7 +18,7 @@
 
 use super::backend::Backend;
 use crate::ktls::stream::{KtlsStream, Recv};
-use crate::metrics::Metrics;
+use crate::metrics::SiteMetrics as Metrics;
 use crate::tls::userspace::UserTls;
 use crate::transport::{Path, Transport, TransportError};
 use rustix::pipe::SpliceFlags;

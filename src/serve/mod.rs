@@ -96,13 +96,14 @@ impl StaticFiles {
         &self,
         front: &Front,
         tls: Tls,
-        _info: ConnInfo,
+        info: ConnInfo,
         stop: watch::Receiver<bool>,
     ) {
         let cx = Ctx {
             files: self,
             front,
             headers: AtomicUsize::new(0),
+            site: &info.metrics,
         };
         match tls {
             Tls::Kernel(k) => session(k, &cx, stop).await,
@@ -120,6 +121,8 @@ struct Ctx<'a> {
     /// site's own. (A number, not a reference: a `Cell` would make the
     /// session's future unsendable.)
     headers: AtomicUsize,
+    /// The site's counters.
+    site: &'a crate::metrics::SiteMetrics,
 }
 
 impl Ctx<'_> {
@@ -258,6 +261,9 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
                 };
             }
         };
+        // A request's duration runs from its whole head read to its
+        // response sent (the body of a file included).
+        let started = Instant::now();
         buf.copy_within(head.head_len..filled, 0);
         filled -= head.head_len;
 
@@ -301,6 +307,7 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
         if let Err(e) = result {
             return End::Abort(e);
         }
+        cx.site.request_done(started.elapsed().as_secs_f64());
         served += 1;
         if !reply.keep_alive() {
             return End::Close;
@@ -378,7 +385,7 @@ async fn send_page<T: Transport>(
     status: u16,
     extra: &[(&str, &str)],
 ) -> Result<(), TransportError> {
-    cx.front.metrics.status(status);
+    cx.site.status(status);
     let body = error_page(status);
     let mut h = reply.start(out, status);
     cx.site_headers(&mut h);
@@ -390,7 +397,7 @@ async fn send_page<T: Transport>(
     if reply.with_body() {
         out.extend_from_slice(body.as_bytes());
     }
-    cx.front.metrics.bytes(t.path(), out.len() as u64);
+    cx.site.bytes(t.path(), out.len() as u64);
     t.write_all(out, false).await
 }
 
@@ -426,7 +433,7 @@ async fn respond<T: Transport>(
             send_page(t, cx, out, reply, 301, &[("Location", &url)]).await
         }
         Ok(Lookup::Listing(html)) => {
-            cx.front.metrics.status(200);
+            cx.site.status(200);
             let mut h = reply.start(out, 200);
             cx.site_headers(&mut h);
             h.header("Content-Type", "text/html; charset=utf-8");
@@ -434,7 +441,7 @@ async fn respond<T: Transport>(
             if reply.with_body() {
                 out.extend_from_slice(html.as_bytes());
             }
-            cx.front.metrics.bytes(t.path(), out.len() as u64);
+            cx.site.bytes(t.path(), out.len() as u64);
             t.write_all(out, false).await
         }
         Ok(Lookup::File(f)) => send_file(t, cx, req, reply, out, f, &norm).await,
@@ -477,7 +484,7 @@ async fn send_file<T: Transport>(
     match conditional::evaluate(req, v) {
         Outcome::Proceed => {}
         Outcome::NotModified => {
-            cx.front.metrics.status(304);
+            cx.site.status(304);
             let mut h = reply.start(out, 304);
             cx.site_headers(&mut h);
             h.header_date("Last-Modified", v.modified)
@@ -504,7 +511,7 @@ async fn send_file<T: Transport>(
             return send_page(t, cx, out, reply, 416, &[("Content-Range", &cr)]).await;
         }
     };
-    cx.front.metrics.status(status);
+    cx.site.status(status);
     let mut h = reply.start(out, status);
     cx.site_headers(&mut h);
     h.header("Content-Type", cx.files.cfg.charset.apply(f.content_type))
@@ -526,7 +533,7 @@ async fn send_file<T: Transport>(
     }
     h.finish(Some(len));
     let body = reply.with_body() && len > 0;
-    cx.front.metrics.bytes(t.path(), out.len() as u64);
+    cx.site.bytes(t.path(), out.len() as u64);
     t.write_all(out, body).await?;
     if body {
         if let Err(e) = t.send_file(&f.file, start, len).await {
@@ -540,7 +547,7 @@ async fn send_file<T: Transport>(
             }
             return Err(e);
         }
-        cx.front.metrics.bytes(t.path(), len);
+        cx.site.bytes(t.path(), len);
     }
     Ok(())
 }

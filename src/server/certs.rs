@@ -134,6 +134,7 @@ pub(super) async fn manage(front: Arc<Front>) {
 fn rebuild(front: &Front, sites: &Sites) -> bool {
     match Sites::build(&sites.settings, &front.shared, &mut |l| println!("{l}")) {
         Ok(new) => {
+            front.metrics.certificates(new.expiry());
             front.sites.store(Arc::new(new));
             true
         }

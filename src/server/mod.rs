@@ -7,6 +7,7 @@
 //! handshake, which picks the site by the name asked for, the choice of
 //! data path; then the site's service takes over.
 
+mod admin;
 mod certs;
 mod handover;
 pub(crate) mod sites;
@@ -85,6 +86,8 @@ pub struct ConnInfo {
     pub path: crate::transport::Path,
     /// The site that took the connection ([`crate::config::Site::label`]).
     pub site: std::sync::Arc<str>,
+    /// That site's counters, resolved once per site, not per count.
+    pub metrics: std::sync::Arc<crate::metrics::SiteMetrics>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +112,11 @@ pub enum StartError {
     },
     #[error("cannot use the inherited listening socket on {addr}: {source}")]
     Inherited {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot listen on the admin address {addr}: {source} (setting admin: pick another address, or leave it out)")]
+    Admin {
         addr: SocketAddr,
         source: std::io::Error,
     },
@@ -362,11 +370,21 @@ pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError>
     );
     // Wait for the ClientHello in the kernel as long as the handshake may take.
     let defer = settings.timeouts.handshake.ceil() as u32;
+    // The admin socket first: a listen address with port 0 takes every
+    // inherited socket on its IP.
+    let admin = settings
+        .admin
+        .map(|a| admin::bind(a, &mut inherited))
+        .transpose()?;
     let Bound {
         per_worker: listeners,
         addrs: bound,
-        handover,
+        mut handover,
     } = bind_all(&settings.listen, workers, defer, &mut inherited)?;
+    let admin = admin.map(|(l, dup)| {
+        handover.extend(dup);
+        l
+    });
     // Keys are read and ports bound: nothing needs root from here on.
     if let Some(who) = &settings.run_as {
         who.switch()?;
@@ -377,6 +395,11 @@ pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError>
     }
     for a in &bound {
         println!("{}", announce(&settings, &sites, *a));
+    }
+    if let Some(l) = &admin {
+        if let Ok(a) = l.local_addr() {
+            println!("metrics on http://{a}/metrics, health on http://{a}/healthz");
+        }
     }
     println!("{}", ktls.summary());
 
@@ -399,7 +422,13 @@ pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError>
         timeouts: settings.timeouts.clone(),
         log: LogLimit::new(crate::lograte::EVERY),
     });
+    front.metrics.certificates(front.sites.load().expiry());
     let (stop_tx, stop_rx) = watch::channel(false);
+    if let Some(l) = admin {
+        signals
+            .rt
+            .spawn(admin::serve(l, front.clone(), stop_rx.clone()));
+    }
     let mut threads = Vec::new();
     for (i, ls) in listeners.into_iter().enumerate() {
         let front = front.clone();
@@ -439,6 +468,13 @@ pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError>
         ),
     }
     let _ = stop_tx.send(true);
+    // The main runtime goes on while the workers drain: the admin listener
+    // answers /healthz (503 now) and /metrics until the end.
+    signals.rt.block_on(async {
+        while threads.iter().any(|t| !t.is_finished()) {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    });
     for t in threads {
         let _ = t.join();
     }
@@ -508,6 +544,7 @@ fn reload_sites(
             }
             for (what, changed) in [
                 ("listen", new.listen != started.listen),
+                ("admin", new.admin != started.admin),
                 ("workers", new.workers != started.workers),
                 ("ktls", new.ktls != started.ktls),
                 ("user/group", new.run_as != started.run_as),
@@ -526,12 +563,10 @@ fn reload_sites(
                 }
             }
             let n = sites.len();
+            front.metrics.certificates(sites.expiry());
             front.sites.store(Arc::new(sites));
             front.sites_changed.notify_one();
-            front
-                .metrics
-                .reloads
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            front.metrics.reloaded();
             println!(
                 "reloaded {}: {n} site{}",
                 new.file

@@ -47,7 +47,15 @@ pub(crate) struct SiteRt {
     pub job: SiteJob,
     /// For a site with `acme = true`: the certificate it has now.
     pub acme: Option<AcmeCert>,
+    /// Its counters, looked up on its first connection (the metrics live
+    /// in the `Front`, which is made after the first sites).
+    pub metrics: std::sync::OnceLock<Arc<crate::metrics::SiteMetrics>>,
+    /// Each certificate it serves (its file, or `acme`) and its notAfter.
+    pub expiry: Expiry,
 }
+
+/// A site's certificates (file, or `acme`) and their notAfter.
+pub(crate) type Expiry = Vec<(String, SystemTime)>;
 
 /// The certificate of an ACME site, as loaded.
 #[derive(Debug, Clone, Copy)]
@@ -79,13 +87,13 @@ impl Sites {
         let mut names = HashMap::new();
         let mut ocsp_recheck: Option<SystemTime> = None;
         for (i, site) in settings.sites.iter().enumerate() {
-            let (tls, acme) = if site.acme {
-                let (tls, cert) = acme_site_tls(site, &settings.acme, shared, say)?;
-                (tls, Some(cert))
+            let (tls, acme, expiry) = if site.acme {
+                let (tls, cert, expiry) = acme_site_tls(site, &settings.acme, shared, say)?;
+                (tls, Some(cert), expiry)
             } else {
-                let (tls, recheck) = site_tls(site, shared, say)?;
+                let (tls, recheck, expiry) = site_tls(site, shared, say)?;
                 ocsp_recheck = earliest(ocsp_recheck, recheck);
-                (tls, None)
+                (tls, None, expiry)
             };
             let job = match &site.job {
                 Job::Files(f) => SiteJob::Files(StaticFiles::new(site, f)?),
@@ -100,6 +108,8 @@ impl Sites {
                 tls,
                 job,
                 acme,
+                metrics: Default::default(),
+                expiry,
             }));
         }
         let default = settings.default_site.min(list.len().saturating_sub(1));
@@ -144,6 +154,23 @@ impl Sites {
             .filter_map(|s| Some((&s.settings, s.acme?)))
     }
 
+    /// Every site's certificates: (site label, certificate, notAfter as
+    /// Unix time), for the expiry gauge.
+    pub fn expiry(&self) -> Vec<(Arc<str>, String, i64)> {
+        let unix = |t: SystemTime| match t.duration_since(SystemTime::UNIX_EPOCH) {
+            Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            Err(e) => -i64::try_from(e.duration().as_secs()).unwrap_or(i64::MAX),
+        };
+        self.list
+            .iter()
+            .flat_map(|s| {
+                s.expiry
+                    .iter()
+                    .map(|(c, t)| (s.label.clone(), c.clone(), unix(*t)))
+            })
+            .collect()
+    }
+
     /// The first site's service.
     pub fn first_job(&self) -> Option<&SiteJob> {
         self.list.first().map(|s| &s.job)
@@ -170,7 +197,7 @@ fn acme_site_tls(
     acme: &crate::acme::AcmeSettings,
     shared: &TlsShared,
     say: &mut dyn FnMut(String),
-) -> Result<(ServerConfigs, AcmeCert), StartError> {
+) -> Result<(ServerConfigs, AcmeCert, Expiry), StartError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let in_site = |e: &dyn std::fmt::Display| StartError::Site {
@@ -212,10 +239,16 @@ fn acme_site_tls(
         .map_err(|e| in_site(&e))?;
     let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| in_site(&e))?;
     let key = shared.certified_key(chain, key).map_err(|e| in_site(&e))?;
+    let expiry = not_after(&key).map(|t| ("acme".to_string(), t));
     let tls = shared
         .site(vec![key], site.alpn.clone())
         .map_err(|e| in_site(&e))?;
-    Ok((tls, state))
+    Ok((tls, state, expiry.into_iter().collect()))
+}
+
+/// The notAfter of a key's certificate.
+fn not_after(key: &rustls::sign::CertifiedKey) -> Option<SystemTime> {
+    cert::facts(key.cert.first()?).ok().map(|f| f.not_after)
 }
 
 fn earliest(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> {
@@ -231,7 +264,7 @@ fn site_tls(
     site: &Site,
     shared: &TlsShared,
     say: &mut dyn FnMut(String),
-) -> Result<(ServerConfigs, Option<SystemTime>), StartError> {
+) -> Result<(ServerConfigs, Option<SystemTime>, Expiry), StartError> {
     let in_site = |e: &dyn std::fmt::Display| StartError::Site {
         origin: site.cert_origin.clone(),
         message: e.to_string(),
@@ -242,6 +275,7 @@ fn site_tls(
         format!(" for {}", site.names.join(", "))
     };
     let mut keys = Vec::new();
+    let mut expiry = Vec::new();
     if site.certs.is_empty() {
         let id = cert::load(None, None).map_err(|e| in_site(&e))?;
         if id.created {
@@ -255,11 +289,13 @@ fn site_tls(
             id.cert_path.display(),
             id.fingerprint()
         ));
-        keys.push(
-            shared
-                .certified_key(id.chain, id.key)
-                .map_err(|e| in_site(&e))?,
-        );
+        let key = shared
+            .certified_key(id.chain, id.key)
+            .map_err(|e| in_site(&e))?;
+        if let Some(t) = not_after(&key) {
+            expiry.push((id.cert_path.display().to_string(), t));
+        }
+        keys.push(key);
     }
     let mut recheck = None;
     let now = SystemTime::now();
@@ -284,6 +320,9 @@ fn site_tls(
             }
         }
         say(shown);
+        if let Some(t) = not_after(&key) {
+            expiry.push((c.display().to_string(), t));
+        }
         let key = match site.ocsp.get(i).and_then(Option::as_ref) {
             None => key,
             // Problems with the response are warnings: the certificate is
@@ -319,7 +358,7 @@ fn site_tls(
     let tls = shared
         .site(keys, site.alpn.clone())
         .map_err(|e| in_site(&e))?;
-    Ok((tls, recheck))
+    Ok((tls, recheck, expiry))
 }
 
 #[cfg(test)]

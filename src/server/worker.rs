@@ -99,11 +99,12 @@ async fn accept_loop(
                 }
                 let counted = front.clone();
                 let slot = Slot::take(&active, move || counted.metrics.error("panic"));
+                let open = front.metrics.open();
                 let front = front.clone();
                 let stop = stop.clone();
                 tokio::spawn(async move {
                     connection(sock, peer, bound, &front, stop).await;
-                    drop(slot);
+                    drop((slot, open));
                 });
             }
             Err(e) => {
@@ -207,10 +208,11 @@ async fn connection(
         let hs = match timer::timeout(secs(t.handshake), hs).await {
             Ok(Ok(hs)) => hs,
             Ok(Err(e)) => {
-                front
-                    .metrics
-                    .handshakes_failed
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                front.metrics.handshake_failed(match &e {
+                    HandshakeError::Eof => "eof",
+                    HandshakeError::Transport(t) => t.kind(),
+                    _ => e.label().unwrap_or("other"),
+                });
                 if let Some(label) = e.label() {
                     front.metrics.error(label);
                 }
@@ -221,10 +223,7 @@ async fn connection(
                 return;
             }
             Err(_) => {
-                front
-                    .metrics
-                    .handshakes_failed
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                front.metrics.handshake_failed("timeout");
                 front.metrics.error("handshake_timeout");
                 return;
             }
@@ -303,12 +302,11 @@ fn data_path(
 ) -> Option<(Tls, ConnInfo)> {
     let stall = secs(site.settings.timeouts.send);
     let resumed = hs.conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
-    let counter = if resumed {
-        &front.metrics.handshakes_resumed
-    } else {
-        &front.metrics.handshakes_full
-    };
-    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    front.metrics.handshake(resumed);
+    let metrics = site
+        .metrics
+        .get_or_init(|| front.metrics.site(&site.label))
+        .clone();
 
     let version = hs.conn.protocol_version().and_then(Version::from_rustls);
     let cipher = hs
@@ -333,12 +331,13 @@ fn data_path(
         resumed,
         path: Path::Userspace,
         site: site.label.clone(),
+        metrics,
     };
 
     if ulp && offload && !buffered {
         return match into_kernel(sock, hs, front.ktls.rekey, stall) {
             Ok(k) => {
-                front.metrics.connection(Path::Ktls);
+                info.metrics.connection(Path::Ktls);
                 info.path = Path::Ktls;
                 Some((Tls::Kernel(Box::new(k)), info))
             }
@@ -359,7 +358,7 @@ fn data_path(
     if let Some(f) = fallback {
         front.metrics.fallback(f);
     }
-    front.metrics.connection(Path::Userspace);
+    info.metrics.connection(Path::Userspace);
     Some((Tls::User(Box::new(UserTls::new(sock, hs, stall))), info))
 }
 
