@@ -6,11 +6,15 @@ use std::process::ExitCode;
 use tlsfront::cli::{AcmeCommand, Cli, Command, ConfigCommand, GlobalArgs, RunArgs};
 use tlsfront::config::{ConfigError, Settings};
 
+/// What the event log (stderr) shows without `TLSFRONT_LOG`: tlsfront's own
+/// events from `info` up, the libraries' warnings. docs/LOGGING.md lists them.
+const DEFAULT_LOG: &str = "warn,tlsfront=info";
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("TLSFRONT_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG)),
         )
         .with_writer(std::io::stderr)
         .init();

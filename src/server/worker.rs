@@ -357,9 +357,40 @@ fn data_path(
     }
     if let Some(f) = fallback {
         front.metrics.fallback(f);
+        fallback_event(front, f, &info);
     }
     info.metrics.connection(Path::Userspace);
     Some((Tls::User(Box::new(UserTls::new(sock, hs, stall))), info))
+}
+
+/// The event line for a connection that stays in user-space TLS although
+/// this kernel has kTLS: one line per reason per interval (clients choose
+/// their cipher, so a flood of them must not flood the log). `--ktls off`
+/// and a kernel without kTLS were said once at start.
+fn fallback_event(front: &Front, f: Fallback, info: &ConnInfo) {
+    let why = match f {
+        Fallback::Disabled | Fallback::NoKernelSupport => return,
+        Fallback::Cipher => "this kernel does not offload its cipher",
+        Fallback::Buffered => "records were already buffered in user space at the hand-off",
+        Fallback::UlpFailed => "the kernel refused the TLS ULP on its socket",
+    };
+    let Some(left_out) = front.log.allow(f.name()) else {
+        return;
+    };
+    let suite = info.suite.map(|s| format!(" ({s:?})")).unwrap_or_default();
+    if f == Fallback::UlpFailed {
+        tracing::warn!(
+            "kTLS fall-back ({}): a connection from {} stays in user-space TLS: {why}{left_out}",
+            f.name(),
+            info.client
+        );
+    } else {
+        tracing::info!(
+            "kTLS fall-back ({}): a connection from {}{suite} stays in user-space TLS: {why}{left_out}",
+            f.name(),
+            info.client
+        );
+    }
 }
 
 /// nginx's answer to plaintext HTTP on its HTTPS port, so that a person
