@@ -115,6 +115,9 @@ pub struct SiteFile {
     pub alpn: Option<Vec<String>>,
     pub limits: SiteLimits,
     pub timeouts: SiteTimeouts,
+    /// Access log: a path, `stdout` or `off` (default: the top level's).
+    pub access_log: Option<String>,
+    pub access_log_format: Option<crate::accesslog::Format>,
 }
 
 /// The config file.
@@ -149,6 +152,10 @@ pub struct FileConfig {
     pub acme_ca_roots: Option<PathBuf>,
     pub limits: Limits,
     pub timeouts: Timeouts,
+    /// Every site's access log unless it sets its own: a path, `stdout`
+    /// or `off` (the default).
+    pub access_log: Option<String>,
+    pub access_log_format: Option<crate::accesslog::Format>,
 
     // The one site of a file without `[[site]]`.
     pub names: Vec<String>,
@@ -215,8 +222,10 @@ impl FileConfig {
         self.cert.iter_mut().for_each(|c| c.rebase(base));
         self.key.iter_mut().for_each(|c| c.rebase(base));
         self.ocsp.iter_mut().for_each(|c| c.rebase(base));
+        rebase_log(&mut self.access_log, base);
         for s in &mut self.site {
             let s = s.get_mut();
+            rebase_log(&mut s.access_log, base);
             s.root.iter_mut().for_each(fix);
             s.cert.iter_mut().for_each(|c| c.rebase(base));
             s.key.iter_mut().for_each(|c| c.rebase(base));
@@ -250,6 +259,16 @@ impl FileConfig {
             alpn: self.alpn.clone(),
             ..SiteFile::default()
         })
+    }
+}
+
+/// An `access_log` that names a file, relative to the config file's
+/// directory (`off` and `stdout` are not paths).
+fn rebase_log(v: &mut Option<String>, base: &Path) {
+    if let Some(v) = v {
+        if crate::accesslog::Target::is_path(v) && Path::new(v.as_str()).is_relative() {
+            *v = base.join(v.as_str()).to_string_lossy().into_owned();
+        }
     }
 }
 

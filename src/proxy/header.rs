@@ -276,6 +276,7 @@ mod tests {
             resumed: false,
             path: crate::transport::Path::Userspace,
             site: "example.com".into(),
+            log: None,
         }
     }
 

@@ -47,6 +47,8 @@ pub(crate) struct SiteRt {
     pub job: SiteJob,
     /// For a site with `acme = true`: the certificate it has now.
     pub acme: Option<AcmeCert>,
+    /// Its access log, open (shared with the sites that name the same file).
+    pub access_log: Option<crate::accesslog::SiteLog>,
 }
 
 /// The certificate of an ACME site, as loaded.
@@ -91,6 +93,13 @@ impl Sites {
                 Job::Files(f) => SiteJob::Files(StaticFiles::new(site, f)?),
                 Job::Backend(b) => SiteJob::Proxy(Proxy::new(site, b)),
             };
+            let access_log =
+                crate::accesslog::SiteLog::open(&site.access_log).map_err(|message| {
+                    StartError::Site {
+                        origin: site.access_log.origin.clone(),
+                        message,
+                    }
+                })?;
             for n in &site.names {
                 names.insert(n.clone(), i);
             }
@@ -100,6 +109,7 @@ impl Sites {
                 tls,
                 job,
                 acme,
+                access_log,
             }));
         }
         let default = settings.default_site.min(list.len().saturating_sub(1));
