@@ -86,11 +86,13 @@ impl std::fmt::Debug for SiteLog {
 impl SiteLog {
     /// Open (or share, when another site or the previous configuration
     /// already has it open) the log `config` names; `None` when off.
-    pub fn open(config: &LogConfig) -> Result<Option<SiteLog>, String> {
+    /// `owner`: the (uid, gid) tlsfront will run as (`user`), who must be
+    /// able to open the file again on SIGUSR1.
+    pub fn open(config: &LogConfig, owner: Option<(u32, u32)>) -> Result<Option<SiteLog>, String> {
         let sink = match &config.target {
             Target::Off => return Ok(None),
             Target::Stdout => Sink::stdout(),
-            Target::File(p) => Sink::file(p).map_err(|e| {
+            Target::File(p) => Sink::file(p, owner).map_err(|e| {
                 format!(
                     "cannot open the access log {}: {e} (the directory must exist and be \
                      writable by the user tlsfront starts as)",

@@ -56,6 +56,27 @@ fn open_append(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
+/// Started as root to run as `user`, tlsfront opens its logs as root, but
+/// reopens them (SIGUSR1) as that user: a file that belongs to root would
+/// then be unreadable to it, and logrotate's `create` gives the new file
+/// the old one's owner. So a log file is given to that user, as nginx does
+/// with its worker user. Not root (a reload after the switch): nothing to
+/// give, the file is already the process's or left as it is.
+fn give_to(file: &File, path: &Path, owner: Option<(u32, u32)>) {
+    use std::os::unix::fs::MetadataExt;
+    let Some((uid, gid)) = owner else { return };
+    let Ok(meta) = file.metadata() else { return };
+    if meta.uid() == uid || rustix::process::geteuid().as_raw() != 0 {
+        return;
+    }
+    if let Err(e) = std::os::unix::fs::fchown(file, Some(uid), Some(gid)) {
+        tracing::warn!(
+            "access log {}: cannot give it to uid {uid}: {e}; reopening it on SIGUSR1 may fail",
+            path.display()
+        );
+    }
+}
+
 impl Sink {
     fn new(out: Out) -> Sink {
         Sink {
@@ -76,7 +97,8 @@ impl Sink {
     }
 
     /// The file at `path`, opened for appending unless it already is.
-    pub fn file(path: &Path) -> std::io::Result<Arc<Sink>> {
+    /// `owner`: see [`give_to`].
+    pub fn file(path: &Path, owner: Option<(u32, u32)>) -> std::io::Result<Arc<Sink>> {
         let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
         let open = open.get_or_insert_with(HashMap::new);
         open.retain(|_, w| w.strong_count() > 0);
@@ -84,6 +106,7 @@ impl Sink {
             return Ok(sink);
         }
         let file = open_append(path)?;
+        give_to(&file, path, owner);
         let sink = Arc::new(Sink::new(Out::File {
             path: path.to_path_buf(),
             file: ArcSwap::from_pointee(file),
@@ -245,9 +268,9 @@ mod tests {
     fn lines_wait_until_the_buffer_is_full_or_flushed() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.log");
-        let sink = Sink::file(&path).unwrap();
+        let sink = Sink::file(&path, None).unwrap();
         // The same path is one open file.
-        assert!(Arc::ptr_eq(&sink, &Sink::file(&path).unwrap()));
+        assert!(Arc::ptr_eq(&sink, &Sink::file(&path, None).unwrap()));
         let line = [b'x'; 99];
         let mut written = 0;
         // Below the threshold nothing is written.
@@ -276,7 +299,7 @@ mod tests {
     fn reopen_writes_to_the_new_file_and_loses_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.log");
-        let sink = Sink::file(&path).unwrap();
+        let sink = Sink::file(&path, None).unwrap();
         write(&sink, |b| b.extend_from_slice(b"one\n"));
         flush();
         // logrotate: rename, then the signal; a line buffered before the
@@ -294,7 +317,7 @@ mod tests {
     fn a_thread_writes_what_it_holds_when_it_ends() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.log");
-        let sink = Sink::file(&path).unwrap();
+        let sink = Sink::file(&path, None).unwrap();
         let s = sink.clone();
         std::thread::spawn(move || write(&s, |b| b.extend_from_slice(b"bye\n")))
             .join()
