@@ -65,7 +65,7 @@ pub fn http(out: &mut Vec<u8>, format: Format, r: &HttpRecord<'_>) {
         return;
     }
     let mut n = itoa::Buffer::new();
-    out.extend_from_slice(addr(r.info).as_bytes());
+    addr(out, r.info);
     out.extend_from_slice(b" - - [");
     with_local_time(now, |t| out.extend_from_slice(t));
     out.extend_from_slice(b"] \"");
@@ -114,7 +114,7 @@ pub fn proxy(out: &mut Vec<u8>, format: Format, r: &ProxyRecord<'_>) {
         return;
     }
     let mut n = itoa::Buffer::new();
-    out.extend_from_slice(addr(r.info).as_bytes());
+    addr(out, r.info);
     out.extend_from_slice(b" [");
     with_local_time(now, |t| out.extend_from_slice(t));
     out.extend_from_slice(b"] \"");
@@ -134,9 +134,11 @@ pub fn proxy(out: &mut Vec<u8>, format: Format, r: &ProxyRecord<'_>) {
     out.push(b'\n');
 }
 
-/// `$remote_addr`: the client's address without its port.
-fn addr(info: &ConnInfo) -> String {
-    info.client.ip().to_string()
+/// `$remote_addr`: the client's address without its port (formatted in
+/// place: no allocation per line).
+fn addr(out: &mut Vec<u8>, info: &ConnInfo) {
+    use std::io::Write;
+    let _ = write!(out, "{}", info.client.ip());
 }
 
 fn lossy(b: &[u8]) -> Cow<'_, str> {
