@@ -90,19 +90,21 @@ fn combined_lines_match_nginx_field_by_field() {
     // A 404, and a HEAD: no body bytes.
     assert_eq!(server.status("/nope", &[]), "404");
     assert_eq!(server.status("/hello.txt", &["-I"]), "200");
+    // Two workers: lines of different connections come in the order their
+    // workers' buffers were written.
     let l = wait_lines(&log, 3);
-    let f = combined_fields(&l[1]);
-    assert_eq!(
-        (f[2].as_str(), f[3].as_str()),
-        ("GET /nope HTTP/1.1", "404")
-    );
+    let find = |request: &str| {
+        l.iter()
+            .map(|line| combined_fields(line))
+            .find(|f| f[2] == request)
+            .unwrap_or_else(|| panic!("no {request}: {l:?}"))
+    };
+    let f = find("GET /nope HTTP/1.1");
+    assert_eq!(f[3], "404");
     assert!(f[4].parse::<u64>().unwrap() > 0);
     assert_eq!(f[5], "-");
-    let f = combined_fields(&l[2]);
-    assert_eq!(
-        (f[2].as_str(), f[4].as_str()),
-        ("HEAD /hello.txt HTTP/1.1", "0")
-    );
+    let f = find("HEAD /hello.txt HTTP/1.1");
+    assert_eq!((f[3].as_str(), f[4].as_str()), ("200", "0"));
     let (status, _) = server.stop();
     assert!(status.success());
 }
@@ -374,4 +376,64 @@ fn logrotate_while_requests_run_loses_no_line() {
         total, got,
         "lines across all files vs responses the clients got"
     );
+}
+
+/// `upgraded: new process PID` from the old process's output.
+fn new_pid(output: &str) -> Option<u32> {
+    output
+        .lines()
+        .find_map(|l| l.strip_prefix("upgraded: new process "))
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+}
+
+/// Stop the new process of an upgrade (not our child) within 30 s.
+fn stop_pid(pid: u32) {
+    let p = rustix::process::Pid::from_raw(pid as i32).unwrap();
+    let _ = rustix::process::kill_process(p, Signal::TERM);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| !r.starts_with(" Z"))
+        })
+    };
+    while alive() {
+        if Instant::now() > deadline {
+            let _ = rustix::process::kill_process(p, Signal::KILL);
+            panic!("process {pid} did not stop within 30 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn an_upgrade_loses_no_line() {
+    let _serial = common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("up.log");
+    let mut server = Server::start(&["--access-log", log.to_str().unwrap(), "--workers", "2"]);
+    let batch = |server: &Server, tag: &str| {
+        let out = server.curl(&[
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}\\n",
+            &server.url(&format!("/hello.txt?{tag}=[1-30]")),
+        ]);
+        String::from_utf8_lossy(&out.stdout).matches("200").count()
+    };
+    // Answered by the old process, whose lines are still buffered when
+    // the upgrade begins.
+    let before = batch(&server, "old");
+    server.signal(Signal::USR2);
+    let out = server.wait_for_output("upgraded: new process", 1);
+    let new = new_pid(&out).unwrap_or_else(|| panic!("no upgrade announced: {out}"));
+    let exit = server.wait_exit(Duration::from_secs(30));
+    assert!(exit.is_some_and(|s| s.success()), "old process: {exit:?}");
+    // The old process wrote its lines on its way out.
+    assert_eq!(lines(&log).len(), before);
+    let after = batch(&server, "new");
+    stop_pid(new);
+    assert_eq!((before, after), (30, 30));
+    assert_eq!(lines(&log).len(), before + after);
 }
