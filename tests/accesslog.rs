@@ -437,3 +437,37 @@ fn an_upgrade_loses_no_line() {
     assert_eq!((before, after), (30, 30));
     assert_eq!(lines(&log).len(), before + after);
 }
+
+#[test]
+fn a_reload_takes_a_new_path_and_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("reload.toml");
+    let root = common::fixture().root.display().to_string();
+    // Relative paths: relative to the config file.
+    std::fs::write(
+        &config,
+        format!("root = {root:?}\naccess_log = \"a.log\"\n"),
+    )
+    .unwrap();
+    let server = Server::run(&config, &[]);
+    assert_eq!(server.status("/hello.txt", &[]), "200");
+    let a = dir.path().join("a.log");
+    assert_eq!(wait_lines(&a, 1).len(), 1);
+    std::fs::write(
+        &config,
+        format!("root = {root:?}\naccess_log = \"b.log\"\naccess_log_format = \"json\"\n"),
+    )
+    .unwrap();
+    server.reload();
+    let out = server.wait_for_output("reloaded ", 1);
+    assert!(out.contains("reloaded "), "{out}");
+    assert_eq!(server.status("/hello.txt?after", &[]), "200");
+    let b = dir.path().join("b.log");
+    let l = wait_lines(&b, 1);
+    assert_eq!(l.len(), 1, "{l:?}");
+    let v: serde_json::Value = serde_json::from_str(&l[0]).unwrap();
+    assert_eq!(v["request"], "GET /hello.txt?after HTTP/1.1");
+    let (status, _) = server.stop();
+    assert!(status.success());
+    assert_eq!(lines(&a).len(), 1, "nothing more in the old file");
+}

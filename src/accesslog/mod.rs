@@ -16,8 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// How each line is written.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     /// nginx's `combined`.
     #[default]
@@ -27,6 +26,23 @@ pub enum Format {
     Tls,
     /// One JSON object per line, every field named.
     Json,
+}
+
+/// By hand rather than derived: the error names the setting (the file's
+/// line alone does not say which key of it is wrong).
+impl<'de> Deserialize<'de> for Format {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Format, D::Error> {
+        let v = String::deserialize(d)?;
+        match v.as_str() {
+            "combined" => Ok(Format::Combined),
+            "tls" => Ok(Format::Tls),
+            "json" => Ok(Format::Json),
+            _ => Err(serde::de::Error::custom(format!(
+                "setting access_log_format: {v:?} is not a format: give \"combined\", \"tls\" \
+                 or \"json\""
+            ))),
+        }
+    }
 }
 
 /// Where the lines go: nowhere, standard output, or a file.

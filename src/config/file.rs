@@ -325,6 +325,32 @@ mod tests {
     }
 
     #[test]
+    fn access_logs_are_relative_to_the_file_and_formats_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.toml");
+        std::fs::write(
+            &p,
+            "access_log = \"logs/a.log\"\n[[site]]\nnames = [\"a\"]\naccess_log = \"stdout\"\n\
+             [[site]]\nnames = [\"b\"]\naccess_log = \"/var/log/b.log\"\n",
+        )
+        .unwrap();
+        let (f, _) = FileConfig::load(&p).unwrap();
+        let want = dir.path().join("logs/a.log");
+        assert_eq!(f.access_log.as_deref(), want.to_str());
+        assert_eq!(f.site[0].get_ref().access_log.as_deref(), Some("stdout"));
+        assert_eq!(
+            f.site[1].get_ref().access_log.as_deref(),
+            Some("/var/log/b.log")
+        );
+        std::fs::write(&p, "root = \"www\"\n\naccess_log_format = \"xml\"\n").unwrap();
+        let e = FileConfig::load(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("t.toml, line 3: setting access_log_format: \"xml\" is not a format"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn the_old_flat_file_is_one_site() {
         let f = FileConfig::parse("root = \"www\"\nautoindex = true\n").unwrap();
         let s = f.top_site().unwrap();
