@@ -151,6 +151,10 @@ pub fn head_fields(head: &[u8]) -> (&[u8], Option<&[u8]>, Option<&[u8]>) {
         if l.is_empty() {
             break;
         }
+        // Most headers are neither: one byte tells.
+        if !matches!(l[0] | 0x20, b'u' | b'r') {
+            continue;
+        }
         let Some(colon) = l.iter().position(|&b| b == b':') else {
             continue;
         };
