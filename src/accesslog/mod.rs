@@ -110,8 +110,9 @@ impl SiteLog {
             Target::Stdout => Sink::stdout(),
             Target::File(p) => Sink::file(p, owner).map_err(|e| {
                 format!(
-                    "cannot open the access log {}: {e} (the directory must exist and be \
-                     writable by the user tlsfront starts as)",
+                    "cannot open the access log {}: {e} (its directory must exist, and the \
+                     file be writable, or the directory be, by the user tlsfront runs as at \
+                     this point)",
                     p.display()
                 )
             })?,

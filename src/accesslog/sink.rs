@@ -173,8 +173,9 @@ pub fn reopen_all() -> (usize, usize) {
                 failed += 1;
                 tracing::warn!(
                     "SIGUSR1: cannot reopen the access log {}: {e}; still writing to the file \
-                     open before (the directory must be writable by the user tlsfront runs \
-                     as: systemd LogsDirectory= does that)",
+                     open before (the user tlsfront runs as must be able to write the file, \
+                     which logrotate's `create` makes with the old file's owner, or else to \
+                     create it in its directory)",
                     path.display()
                 );
             }
