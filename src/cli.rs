@@ -109,6 +109,14 @@ pub struct GlobalArgs {
     /// decrypt [default: random keys rotated in memory].
     #[arg(long, value_name = "FILE")]
     pub ticket_keys: Vec<PathBuf>,
+    /// Access log: a file (appended to; SIGUSR1 reopens it), "stdout" or
+    /// "off" [default: off]. In a config file, every site's default.
+    #[arg(long, value_name = "FILE")]
+    pub access_log: Option<String>,
+    /// Access log lines: combined (nginx's), tls (combined and the TLS
+    /// fields) or json [default: combined].
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub access_log_format: Option<crate::accesslog::Format>,
 }
 
 impl GlobalArgs {
@@ -154,6 +162,13 @@ impl GlobalArgs {
         if let Some(v) = self.handshake_timeout {
             f.timeouts.handshake = v;
             o.flag("[timeouts] handshake", "--handshake-timeout");
+        }
+        if let Some(l) = &self.access_log {
+            f.access_log = Some(l.clone());
+            o.flag("access_log", "--access-log");
+        }
+        if let Some(v) = self.access_log_format {
+            f.access_log_format = Some(v);
         }
     }
 }

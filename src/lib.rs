@@ -10,8 +10,9 @@
 //! (static files: [`http`] for requests and responses, [`files`] for the
 //! document root) or [`proxy`] (TLS termination for TCP backends). Beside
 //! it: [`config`] (the settings model), [`acme`] (certificates from an ACME
-//! CA), [`metrics`], [`privileges`] (running as another user).
+//! CA), [`metrics`], [`accesslog`], [`privileges`] (running as another user).
 
+pub mod accesslog;
 pub mod acme;
 pub mod bench;
 pub mod check;

@@ -157,6 +157,12 @@ impl RunAs {
         Ok(())
     }
 
+    /// (uid, gid): who files made for the process to write later (the
+    /// access logs) should belong to.
+    pub fn ids(&self) -> (u32, u32) {
+        (self.uid.as_raw(), self.gid.as_raw())
+    }
+
     /// For the start-up line.
     pub fn describe(&self) -> String {
         format!(

@@ -46,7 +46,9 @@ check "systemd-analyze security: exposure ${exposure:-?} below 5 (OK or better)"
 # Start it as the unit does: its ExecStart, its environment, on loopback.
 exec_start=$(sed -n 's/^ExecStart=//p' /usr/lib/systemd/system/tlsfront.service)
 env_line=$(sed -n 's/^Environment=//p' /usr/lib/systemd/system/tlsfront.service)
-mkdir -p /var/www/html "$dir/state"
+# /var/log/tlsfront is the unit's LogsDirectory= (systemd makes it).
+[[ -d /var/log/tlsfront ]] || made_logs=1
+mkdir -p /var/www/html "$dir/state" /var/log/tlsfront
 echo "packaged hello" > /var/www/html/tlsfront-package-test.txt
 python3 - "$dir/notify" >"$dir/notified" <<'PY' &
 import socket, sys
@@ -71,6 +73,14 @@ check "systemd hears READY=1" grep -qx READY=1 "$dir/notified"
 check "it runs as www-data" grep -q "running as user www-data" "$dir/log"
 body=$(curl -sS --cacert "$dir/state/tlsfront/cert.pem" "https://127.0.0.1:$port/tlsfront-package-test.txt" 2>&1 || true)
 check "it serves /var/www/html over HTTPS" test "$body" = "packaged hello"
+# The packaged config logs to /var/log/tlsfront/access.log; logrotate's
+# postrotate signal (SIGUSR1) reopens it as www-data.
+for _ in $(seq 30); do grep -q tlsfront-package-test /var/log/tlsfront/access.log 2>/dev/null && break; sleep 0.1; done
+check "the request is in /var/log/tlsfront/access.log" grep -q '"GET /tlsfront-package-test.txt HTTP/1.1" 200 15' /var/log/tlsfront/access.log
+check "the logrotate snippet is installed" test -f /etc/logrotate.d/tlsfront
+kill -USR1 "$pid"
+for _ in $(seq 30); do grep -q "SIGUSR1: reopened" "$dir/log" && break; sleep 0.1; done
+check "SIGUSR1 as www-data reopens the access log" grep -q "SIGUSR1: reopened 1 access log file(s), 0 failed" "$dir/log"
 check "tlsfront config check accepts the packaged config" \
   quiet tlsfront config check /etc/tlsfront/tlsfront.toml
 # Reload as the unit does (ExecReload), after the switch to www-data: the
@@ -93,5 +103,6 @@ check "systemd hears STOPPING=1" grep -qx STOPPING=1 "$dir/notified"
 rm -f /var/www/html/tlsfront-package-test.txt
 check "dpkg --purge removes it" quiet dpkg --purge tlsfront
 check "nothing of it is left" test ! -e /usr/bin/tlsfront -a ! -e /etc/tlsfront/tlsfront.toml
+[[ -z ${made_logs:-} ]] || rm -rf /var/log/tlsfront
 [[ $failed -eq 0 ]] || cat "$dir/log"
 finish

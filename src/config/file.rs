@@ -143,6 +143,9 @@ pub struct SiteFile {
     pub alpn: Option<Vec<String>>,
     pub limits: SiteLimits,
     pub timeouts: SiteTimeouts,
+    /// Access log: a path, `stdout` or `off` (default: the top level's).
+    pub access_log: Option<String>,
+    pub access_log_format: Option<crate::accesslog::Format>,
 }
 
 /// The config file.
@@ -182,6 +185,10 @@ pub struct FileConfig {
     /// Response headers every site with a root starts from (and the one
     /// site of a file without `[[site]]`).
     pub headers: Option<HeadersFile>,
+    /// Every site's access log unless it sets its own: a path, `stdout`
+    /// or `off` (the default).
+    pub access_log: Option<String>,
+    pub access_log_format: Option<crate::accesslog::Format>,
 
     // The one site of a file without `[[site]]`.
     pub names: Vec<String>,
@@ -252,8 +259,10 @@ impl FileConfig {
         self.cert.iter_mut().for_each(|c| c.rebase(base));
         self.key.iter_mut().for_each(|c| c.rebase(base));
         self.ocsp.iter_mut().for_each(|c| c.rebase(base));
+        rebase_log(&mut self.access_log, base);
         for s in &mut self.site {
             let s = s.get_mut();
+            rebase_log(&mut s.access_log, base);
             s.root.iter_mut().for_each(fix);
             s.cert.iter_mut().for_each(|c| c.rebase(base));
             s.key.iter_mut().for_each(|c| c.rebase(base));
@@ -295,6 +304,16 @@ impl FileConfig {
             alpn: self.alpn.clone(),
             ..SiteFile::default()
         })
+    }
+}
+
+/// An `access_log` that names a file, relative to the config file's
+/// directory (`off` and `stdout` are not paths).
+fn rebase_log(v: &mut Option<String>, base: &Path) {
+    if let Some(v) = v {
+        if crate::accesslog::Target::is_path(v) && Path::new(v.as_str()).is_relative() {
+            *v = base.join(v.as_str()).to_string_lossy().into_owned();
+        }
     }
 }
 
@@ -348,6 +367,32 @@ mod tests {
         std::fs::write(&p, "[timeouts]\nkeepalive = \"long\"\n").unwrap();
         let e = FileConfig::load(&p).unwrap_err().to_string();
         assert!(e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn access_logs_are_relative_to_the_file_and_formats_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.toml");
+        std::fs::write(
+            &p,
+            "access_log = \"logs/a.log\"\n[[site]]\nnames = [\"a\"]\naccess_log = \"stdout\"\n\
+             [[site]]\nnames = [\"b\"]\naccess_log = \"/var/log/b.log\"\n",
+        )
+        .unwrap();
+        let (f, _) = FileConfig::load(&p).unwrap();
+        let want = dir.path().join("logs/a.log");
+        assert_eq!(f.access_log.as_deref(), want.to_str());
+        assert_eq!(f.site[0].get_ref().access_log.as_deref(), Some("stdout"));
+        assert_eq!(
+            f.site[1].get_ref().access_log.as_deref(),
+            Some("/var/log/b.log")
+        );
+        std::fs::write(&p, "root = \"www\"\n\naccess_log_format = \"xml\"\n").unwrap();
+        let e = FileConfig::load(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("t.toml, line 3: setting access_log_format: \"xml\" is not a format"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -67,6 +67,7 @@ pub struct Site {
     pub alpn: Vec<Vec<u8>>,
     pub limits: Limits,
     pub timeouts: Timeouts,
+    pub access_log: crate::accesslog::LogConfig,
 }
 
 impl Site {
@@ -241,12 +242,19 @@ pub fn resolve(
         raw.push((origin, site));
     }
 
+    // The top level's access log is every site's default.
+    let top_log = site_log(
+        &file.access_log,
+        file.access_log_format,
+        &Default::default(),
+        &o("access_log"),
+    )?;
     let mut sites = Vec::with_capacity(raw.len());
     let mut owner: HashMap<String, usize> = HashMap::new();
     let mut default_site = None;
     let single = raw.len() == 1;
     for (i, (origin, s)) in raw.into_iter().enumerate() {
-        let site = resolve_site(
+        let mut site = resolve_site(
             origin,
             s.clone(),
             (text, file.headers.as_ref()),
@@ -255,6 +263,12 @@ pub fn resolve(
             origins,
             single.then_some(default_root).flatten(),
         )?;
+        site.access_log = if site.origin.contains("[[site]]") {
+            let at = format!("{}, setting access_log", site.origin);
+            site_log(&s.access_log, s.access_log_format, &top_log, &at)?
+        } else {
+            top_log.clone()
+        };
         if !single && site.names.is_empty() {
             return Err(ConfigError::Invalid {
                 origin: site.origin,
@@ -625,7 +639,31 @@ fn resolve_site(
         alpn: alpn.into_iter().map(String::into_bytes).collect(),
         limits: site_limits,
         timeouts: site_timeouts,
+        access_log: Default::default(),
     })
+}
+
+/// An access log as set (`access_log` at `origin`, its format), over the
+/// one it inherits.
+fn site_log(
+    target: &Option<String>,
+    format: Option<crate::accesslog::Format>,
+    inherited: &crate::accesslog::LogConfig,
+    origin: &str,
+) -> Result<crate::accesslog::LogConfig, ConfigError> {
+    let mut log = inherited.clone();
+    if let Some(t) = target {
+        log.target =
+            crate::accesslog::Target::parse(t).map_err(|message| ConfigError::Invalid {
+                origin: origin.into(),
+                message,
+            })?;
+        log.origin = origin.into();
+    }
+    if let Some(f) = format {
+        log.format = f;
+    }
+    Ok(log)
 }
 
 /// A host name as a site may list it: lower case, no trailing dot; a
@@ -776,6 +814,14 @@ mod tests {
                 "setting ocsp: acme = true sites",
             ),
             ("listen = [\"nope\"]\nroot = \"/x\"\n", "line 1, setting listen"),
+            (
+                "access_log = \"\"\nroot = \"/x\"\n",
+                "config file /etc/t.toml, setting access_log: an empty path",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\naccess_log = \"\"\n",
+                "line 1 ([[site]] #1), setting access_log: an empty path",
+            ),
             (
                 "proxy_from = [\"10.0.0.0/8\"]\nroot = \"/x\"\n",
                 "setting proxy_from: trusted PROXY sources mean nothing",

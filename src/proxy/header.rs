@@ -277,6 +277,7 @@ mod tests {
             path: crate::transport::Path::Userspace,
             site: "example.com".into(),
             metrics: crate::metrics::Metrics::default().site(&"example.com".into()),
+            log: None,
         }
     }
 

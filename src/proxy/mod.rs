@@ -30,6 +30,8 @@ pub struct Proxy {
     /// Connection attempts to the backend that failed since one last
     /// succeeded (0: the backend answers).
     failing: AtomicU64,
+    /// The backend as the access log names it.
+    backend_name: String,
 }
 
 impl Proxy {
@@ -45,6 +47,7 @@ impl Proxy {
             idle_timeout: secs(site.timeouts.idle),
             log: LogLimit::new(crate::lograte::EVERY),
             failing: AtomicU64::new(0),
+            backend_name: backend.addr.to_string(),
         }
     }
 
@@ -111,6 +114,30 @@ impl Proxy {
         info: ConnInfo,
         _stop: watch::Receiver<bool>,
     ) {
+        let started = std::time::Instant::now();
+        let meter = relay::Meter::new(&info.metrics);
+        let end = self.relay(front, tls, &info, &meter).await;
+        if let Some(log) = &info.log {
+            log.proxy(&crate::accesslog::ProxyRecord {
+                info: &info,
+                backend: &self.backend_name,
+                from_client: meter.from_client.load(Ordering::Relaxed),
+                to_client: meter.to_client.load(Ordering::Relaxed),
+                duration: started.elapsed(),
+                end,
+            });
+        }
+    }
+
+    /// Connect to the backend, send the PROXY header, relay; how the
+    /// connection ended, for the access log (`done`, or an error kind).
+    async fn relay(
+        &self,
+        front: &Front,
+        tls: Tls,
+        info: &ConnInfo,
+        meter: &relay::Meter<'_>,
+    ) -> &'static str {
         let backend = match backend::connect(&self.backend, self.connect_timeout).await {
             Ok(b) => {
                 self.backend_up();
@@ -125,11 +152,11 @@ impl Proxy {
                     Tls::Kernel(mut k) => close_and_linger(&mut k, linger).await,
                     Tls::User(mut u) => close_and_linger(&mut u, linger).await,
                 }
-                return;
+                return e.kind();
             }
         };
         if let Some(v) = self.write_proxy {
-            let h = header::encode(v, &info);
+            let h = header::encode(v, info);
             if let Err(e) = backend.write_all(&h, self.connect_timeout).await {
                 info.metrics.backend_error("backend_error");
                 self.failure(
@@ -137,15 +164,15 @@ impl Proxy {
                     "backend_error",
                     format_args!("backend {}: {e}", self.backend),
                 );
-                return;
+                return "backend_error";
             }
         }
         let idle = self.idle_timeout;
         let r = match tls {
-            Tls::Kernel(k) => relay::splice(k, &backend, idle, &info.metrics).await,
-            Tls::User(u) => relay::userspace(u, &backend, idle, &info.metrics).await,
+            Tls::Kernel(k) => relay::splice(k, &backend, idle, meter).await,
+            Tls::User(u) => relay::userspace(u, &backend, idle, meter).await,
         };
-        match r {
+        match &r {
             Ok(()) => {}
             // The backend broke a connection (a reset, an I/O error):
             // worth a (rate-limited) line, unlike a client going away.
@@ -165,5 +192,6 @@ impl Proxy {
                 tracing::debug!("connection from {} ended: {e}", info.client);
             }
         }
+        r.map_or_else(|e| e.kind(), |()| "done")
     }
 }

@@ -24,6 +24,7 @@ use crate::transport::{Path, Transport, TransportError};
 use rustix::pipe::SpliceFlags;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 use tokio::io::Interest;
 use tokio::time::Instant;
@@ -60,6 +61,38 @@ impl RelayError {
             RelayError::Backend(_) => "backend_io",
             RelayError::Idle(_) => "idle_timeout",
         }
+    }
+}
+
+/// The process's byte counters, and this connection's own (for its
+/// access-log line): every count goes to both. (Atomics only to keep the
+/// relay future `Send`: one task counts, so a load and a store will do.)
+pub struct Meter<'a> {
+    pub metrics: &'a Metrics,
+    /// Bytes from the client, and to it.
+    pub from_client: AtomicU64,
+    pub to_client: AtomicU64,
+}
+
+impl<'a> Meter<'a> {
+    pub fn new(metrics: &'a Metrics) -> Meter<'a> {
+        Meter {
+            metrics,
+            from_client: Default::default(),
+            to_client: Default::default(),
+        }
+    }
+
+    fn bytes_in(&self, p: Path, n: u64) {
+        self.metrics.bytes_in(p, n);
+        let c = &self.from_client;
+        c.store(c.load(Relaxed) + n, Relaxed);
+    }
+
+    fn bytes(&self, p: Path, n: u64) {
+        self.metrics.bytes(p, n);
+        let c = &self.to_client;
+        c.store(c.load(Relaxed) + n, Relaxed);
     }
 }
 
@@ -100,7 +133,7 @@ pub async fn splice(
     mut tls: Box<KtlsStream>,
     backend: &Backend,
     idle: Duration,
-    m: &Metrics,
+    m: &Meter<'_>,
 ) -> Result<(), RelayError> {
     let (c2b_r, c2b_w) = pipe().map_err(RelayError::Backend)?;
     let (b2c_r, b2c_w) = pipe().map_err(RelayError::Backend)?;
@@ -242,7 +275,7 @@ pub async fn userspace(
     mut tls: Box<UserTls>,
     backend: &Backend,
     idle: Duration,
-    m: &Metrics,
+    m: &Meter<'_>,
 ) -> Result<(), RelayError> {
     let mut s = Sides::default();
     let mut deadline = Instant::now() + idle;

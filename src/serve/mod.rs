@@ -104,6 +104,8 @@ impl StaticFiles {
             front,
             headers: AtomicUsize::new(0),
             site: &info.metrics,
+            info: &info,
+            sent: Sent::default(),
         };
         match tls {
             Tls::Kernel(k) => session(k, &cx, stop).await,
@@ -123,6 +125,32 @@ struct Ctx<'a> {
     headers: AtomicUsize,
     /// The site's counters.
     site: &'a crate::metrics::SiteMetrics,
+    info: &'a ConnInfo,
+    /// The status and body bytes of the response being sent, for the
+    /// access log.
+    sent: Sent,
+}
+
+/// A response's status and body bytes. Atomics, not a `Cell`, only so that
+/// the session future stays `Send` (one thread uses them: relaxed stores
+/// are plain stores).
+#[derive(Default)]
+struct Sent {
+    status: std::sync::atomic::AtomicU16,
+    body: std::sync::atomic::AtomicU64,
+}
+
+impl Sent {
+    fn set(&self, (status, body): (u16, u64)) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.status.store(status, Relaxed);
+        self.body.store(body, Relaxed);
+    }
+
+    fn get(&self) -> (u16, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.status.load(Relaxed), self.body.load(Relaxed))
+    }
 }
 
 impl Ctx<'_> {
@@ -130,6 +158,24 @@ impl Ctx<'_> {
     fn site_headers(&self, h: &mut crate::http::response::Head<'_>) {
         let list = self.files.cfg.headers.list(self.headers.load(Relaxed));
         SiteHeaders::write(list, h);
+    }
+
+    /// Log the response just sent to the request whose raw head (as far
+    /// as it was read) is `head`, begun at `started`.
+    fn log(&self, head: &[u8], started: std::time::Instant) {
+        if let Some(log) = &self.info.log {
+            let (request, user_agent, referer) = crate::accesslog::head_fields(head);
+            let (status, body_bytes) = self.sent.get();
+            log.http(&crate::accesslog::HttpRecord {
+                info: self.info,
+                request,
+                user_agent,
+                referer,
+                status,
+                body_bytes,
+                duration: started.elapsed(),
+            });
+        }
     }
 }
 
@@ -170,6 +216,8 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
     let mut filled = 0usize;
     let mut served = 0u64;
     let mut out = Vec::new();
+    // The head of the request being answered, kept for the access log.
+    let mut logged: Vec<u8> = Vec::new();
 
     loop {
         // Wait for the next request. Back-to-back requests keep their
@@ -216,6 +264,7 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
                 // Idle beyond a moment: hold no buffers.
                 buf = Vec::new();
                 out = Vec::new();
+                logged = Vec::new();
                 t.release_buffers();
                 released = true;
             }
@@ -223,6 +272,7 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
 
         cx.headers.store(0, Relaxed);
         // Read until a whole request head is buffered.
+        let started = std::time::Instant::now();
         let deadline = Instant::now() + header_timeout;
         let head = loop {
             if filled > 0 {
@@ -242,6 +292,7 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
                     if filled > 0 {
                         let mut reply = Reply::closing(request::names_head(&buf[..filled]));
                         let _ = send_page(t, cx, &mut out, &mut reply, 408, &[]).await;
+                        cx.log(&buf[..filled], started);
                     }
                     return End::Close;
                 }
@@ -255,7 +306,9 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
             Err(e) => {
                 tracing::debug!("bad request: {e}");
                 let mut reply = Reply::closing(request::names_head(&buf[..filled]));
-                return match send_page(t, cx, &mut out, &mut reply, e.status(), &[]).await {
+                let sent = send_page(t, cx, &mut out, &mut reply, e.status(), &[]).await;
+                cx.log(&buf[..filled], started);
+                return match sent {
                     Ok(()) => End::Close,
                     Err(e) => End::Abort(e),
                 };
@@ -263,7 +316,11 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
         };
         // A request's duration runs from its whole head read to its
         // response sent (the body of a file included).
-        let started = Instant::now();
+        let head_read = Instant::now();
+        if cx.info.log.is_some() {
+            logged.clear();
+            logged.extend_from_slice(&buf[..head.head_len]);
+        }
         buf.copy_within(head.head_len..filled, 0);
         filled -= head.head_len;
 
@@ -293,6 +350,7 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
                             Ok(BodyRead::TimedOut) => {
                                 let mut reply = Reply::closing(head.method == Method::Head);
                                 let _ = send_page(t, cx, &mut out, &mut reply, 408, &[]).await;
+                                cx.log(&logged, started);
                                 return End::Close;
                             }
                             Err(e) => return End::Abort(e),
@@ -304,10 +362,13 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
                 respond(t, cx, &head, &mut reply, &mut out).await
             }
         };
+        // Logged sent or not: a response cut short is logged with the body
+        // bytes known to be sent (0).
+        cx.log(&logged, started);
         if let Err(e) = result {
             return End::Abort(e);
         }
-        cx.site.request_done(started.elapsed().as_secs_f64());
+        cx.site.request_done(head_read.elapsed().as_secs_f64());
         served += 1;
         if !reply.keep_alive() {
             return End::Close;
@@ -394,8 +455,10 @@ async fn send_page<T: Transport>(
         h.header(k, v);
     }
     h.finish(Some(body.len() as u64));
+    cx.sent.set((status, 0));
     if reply.with_body() {
         out.extend_from_slice(body.as_bytes());
+        cx.sent.set((status, body.len() as u64));
     }
     cx.site.bytes(t.path(), out.len() as u64);
     t.write_all(out, false).await
@@ -438,8 +501,10 @@ async fn respond<T: Transport>(
             cx.site_headers(&mut h);
             h.header("Content-Type", "text/html; charset=utf-8");
             h.finish(Some(html.len() as u64));
+            cx.sent.set((200, 0));
             if reply.with_body() {
                 out.extend_from_slice(html.as_bytes());
+                cx.sent.set((200, html.len() as u64));
             }
             cx.site.bytes(t.path(), out.len() as u64);
             t.write_all(out, false).await
@@ -493,6 +558,7 @@ async fn send_file<T: Transport>(
                 h.header("Vary", "Accept-Encoding");
             }
             h.finish(None);
+            cx.sent.set((304, 0));
             return t.write_all(out, false).await;
         }
         Outcome::PreconditionFailed => {
@@ -532,6 +598,7 @@ async fn send_file<T: Transport>(
         );
     }
     h.finish(Some(len));
+    cx.sent.set((status, 0));
     let body = reply.with_body() && len > 0;
     cx.site.bytes(t.path(), out.len() as u64);
     t.write_all(out, body).await?;
@@ -548,6 +615,7 @@ async fn send_file<T: Transport>(
             return Err(e);
         }
         cx.site.bytes(t.path(), len);
+        cx.sent.set((status, len));
     }
     Ok(())
 }

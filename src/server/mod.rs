@@ -88,6 +88,8 @@ pub struct ConnInfo {
     pub site: std::sync::Arc<str>,
     /// That site's counters, resolved once per site, not per count.
     pub metrics: std::sync::Arc<crate::metrics::SiteMetrics>,
+    /// The site's access log, if it keeps one.
+    pub log: Option<crate::accesslog::SiteLog>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -665,14 +667,16 @@ fn fit_connections(
     }
 }
 
-/// SIGTERM, SIGINT, SIGHUP and SIGUSR2, caught from before the first line is
-/// printed.
+/// SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2, caught from before the
+/// first line is printed.
 struct Signals {
     rt: tokio::runtime::Runtime,
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
     usr2: tokio::signal::unix::Signal,
+    /// Reopen the access logs (logrotate's postrotate).
+    usr1: tokio::signal::unix::Signal,
 }
 
 impl Signals {
@@ -681,13 +685,14 @@ impl Signals {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let (term, int, hup, usr2) = {
+        let (term, int, hup, usr2, usr1) = {
             let _guard = rt.enter();
             (
                 signal(SignalKind::terminate())?,
                 signal(SignalKind::interrupt())?,
                 signal(SignalKind::hangup())?,
                 signal(SignalKind::user_defined2())?,
+                signal(SignalKind::user_defined1())?,
             )
         };
         Ok(Signals {
@@ -696,12 +701,14 @@ impl Signals {
             int,
             hup,
             usr2,
+            usr1,
         })
     }
 
     /// Until SIGTERM or SIGINT, or a SIGUSR2 for which `on_usr2` started a
-    /// new process (its pid); calling `on_hup` for each SIGHUP and looking
-    /// after the heap meanwhile. The signals go on being caught until the
+    /// new process (its pid); calling `on_hup` for each SIGHUP, reopening
+    /// the access logs for each SIGUSR1 and looking after the heap
+    /// meanwhile. The signals go on being caught until the
     /// process exits.
     fn wait(&mut self, on_hup: impl Fn(), on_usr2: impl Fn() -> Option<u32>) -> Stop {
         self.rt.block_on(async {
@@ -712,6 +719,10 @@ impl Signals {
                     _ = self.term.recv() => return Stop::Signal,
                     _ = self.int.recv() => return Stop::Signal,
                     _ = self.hup.recv() => on_hup(),
+                    _ = self.usr1.recv() => {
+                        let (ok, failed) = crate::accesslog::reopen_all();
+                        println!("SIGUSR1: reopened {ok} access log file(s), {failed} failed");
+                    }
                     _ = self.usr2.recv() => {
                         if let Some(pid) = on_usr2() {
                             return Stop::Upgraded(pid);

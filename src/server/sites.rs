@@ -52,6 +52,8 @@ pub(crate) struct SiteRt {
     pub metrics: std::sync::OnceLock<Arc<crate::metrics::SiteMetrics>>,
     /// Each certificate it serves (its file, or `acme`) and its notAfter.
     pub expiry: Expiry,
+    /// Its access log, open (shared with the sites that name the same file).
+    pub access_log: Option<crate::accesslog::SiteLog>,
 }
 
 /// A site's certificates (file, or `acme`) and their notAfter.
@@ -99,6 +101,14 @@ impl Sites {
                 Job::Files(f) => SiteJob::Files(StaticFiles::new(site, f)?),
                 Job::Backend(b) => SiteJob::Proxy(Proxy::new(site, b)),
             };
+            let owner = settings.run_as.as_ref().map(|r| r.ids());
+            let access_log =
+                crate::accesslog::SiteLog::open(&site.access_log, owner).map_err(|message| {
+                    StartError::Site {
+                        origin: site.access_log.origin.clone(),
+                        message,
+                    }
+                })?;
             for n in &site.names {
                 names.insert(n.clone(), i);
             }
@@ -110,6 +120,7 @@ impl Sites {
                 acme,
                 metrics: Default::default(),
                 expiry,
+                access_log,
             }));
         }
         let default = settings.default_site.min(list.len().saturating_sub(1));

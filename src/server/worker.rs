@@ -47,6 +47,7 @@ pub(super) fn worker(
             .map_err(|e| tracing::warn!("worker timers: no thread ({e}); using tokio's"))
             .ok();
         let active = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(crate::accesslog::flush_every());
         for l in listeners {
             match TcpListener::from_std(l) {
                 Ok(l) => {
@@ -71,6 +72,9 @@ pub(super) fn worker(
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     });
+    // Every line of the connections that ended goes out before the worker
+    // does (the thread's buffer would also be written at thread exit).
+    crate::accesslog::flush();
 }
 
 async fn accept_loop(
@@ -332,6 +336,7 @@ fn data_path(
         path: Path::Userspace,
         site: site.label.clone(),
         metrics,
+        log: site.access_log.clone(),
     };
 
     if ulp && offload && !buffered {

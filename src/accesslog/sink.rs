@@ -1,0 +1,328 @@
+//! Where access-log lines go, and how they get there: the open log files
+//! (each distinct path opened once, process-wide, and reopened on SIGUSR1)
+//! and each worker thread's buffer of lines not yet written.
+//!
+//! A worker appends lines to its own buffer (a thread-local: each worker
+//! is one thread with a current-thread runtime, so nothing is shared or
+//! locked per request) and writes a buffer with one `write()` once it
+//! passes [`FLUSH_AT`], every [`FLUSH_EVERY`] (a task per worker), and when
+//! the worker stops. Only whole lines are ever written, and a file is open
+//! with `O_APPEND`, so workers writing the same file never interleave
+//! within a line.
+
+use arc_swap::ArcSwap;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+/// A buffer this full is written at once (nginx's `buffer=64k`).
+pub const FLUSH_AT: usize = 64 * 1024;
+/// Lines wait at most about this long in a buffer (nginx's `flush=1s`).
+pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
+
+/// One destination of lines.
+pub struct Sink {
+    out: Out,
+    /// Write failures are warned about at most once per interval.
+    warn: crate::lograte::LogLimit,
+}
+
+enum Out {
+    Stdout,
+    /// The file as opened last; SIGUSR1 swaps in a new open of the path.
+    File {
+        path: PathBuf,
+        file: ArcSwap<File>,
+    },
+}
+
+/// The files open now, by path, so that sites (and the configuration
+/// after a reload) naming the same path share one open file, and SIGUSR1
+/// finds them all. Weak: a file no site names any more is closed once the
+/// last buffered line for it is written.
+static OPEN: Mutex<Option<HashMap<PathBuf, Weak<Sink>>>> = Mutex::new(None);
+static STDOUT: Mutex<Weak<Sink>> = Mutex::new(Weak::new());
+
+fn open_append(path: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o640)
+        .open(path)
+}
+
+/// Started as root to run as `user`, tlsfront opens its logs as root, but
+/// reopens them (SIGUSR1) as that user: a file that belongs to root would
+/// then be unreadable to it, and logrotate's `create` gives the new file
+/// the old one's owner. So a log file is given to that user, as nginx does
+/// with its worker user. Not root (a reload after the switch): nothing to
+/// give, the file is already the process's or left as it is.
+fn give_to(file: &File, path: &Path, owner: Option<(u32, u32)>) {
+    use std::os::unix::fs::MetadataExt;
+    let Some((uid, gid)) = owner else { return };
+    let Ok(meta) = file.metadata() else { return };
+    if meta.uid() == uid || rustix::process::geteuid().as_raw() != 0 {
+        return;
+    }
+    if let Err(e) = std::os::unix::fs::fchown(file, Some(uid), Some(gid)) {
+        tracing::warn!(
+            "access log {}: cannot give it to uid {uid}: {e}; reopening it on SIGUSR1 may fail",
+            path.display()
+        );
+    }
+}
+
+impl Sink {
+    fn new(out: Out) -> Sink {
+        Sink {
+            out,
+            warn: crate::lograte::LogLimit::new(crate::lograte::EVERY),
+        }
+    }
+
+    /// The shared standard-output sink.
+    pub fn stdout() -> Arc<Sink> {
+        let mut s = STDOUT.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(sink) = s.upgrade() {
+            return sink;
+        }
+        let sink = Arc::new(Sink::new(Out::Stdout));
+        *s = Arc::downgrade(&sink);
+        sink
+    }
+
+    /// The file at `path`, opened for appending unless it already is.
+    /// `owner`: see [`give_to`].
+    pub fn file(path: &Path, owner: Option<(u32, u32)>) -> std::io::Result<Arc<Sink>> {
+        let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        let open = open.get_or_insert_with(HashMap::new);
+        open.retain(|_, w| w.strong_count() > 0);
+        if let Some(sink) = open.get(path).and_then(Weak::upgrade) {
+            return Ok(sink);
+        }
+        let file = open_append(path)?;
+        give_to(&file, path, owner);
+        let sink = Arc::new(Sink::new(Out::File {
+            path: path.to_path_buf(),
+            file: ArcSwap::from_pointee(file),
+        }));
+        open.insert(path.to_path_buf(), Arc::downgrade(&sink));
+        Ok(sink)
+    }
+
+    /// The path, or `stdout`.
+    pub fn name(&self) -> String {
+        match &self.out {
+            Out::Stdout => "stdout".into(),
+            Out::File { path, .. } => path.display().to_string(),
+        }
+    }
+
+    /// Write whole lines with one call (a regular file open with
+    /// `O_APPEND` takes them at its end, whole, whatever other writers do).
+    /// A failure loses these lines, with a rate-limited warning: the
+    /// buffer cannot grow without bound while a disk is full.
+    fn write(&self, lines: &[u8]) {
+        let r = match &self.out {
+            Out::Stdout => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(lines).and_then(|()| out.flush())
+            }
+            Out::File { file, .. } => (&**file.load()).write_all(lines),
+        };
+        if let Err(e) = r {
+            if let Some(left_out) = self.warn.allow("access_log_write") {
+                tracing::warn!(
+                    "access log {}: cannot write {} bytes of lines, lost: {e}{left_out}",
+                    self.name(),
+                    lines.len()
+                );
+            }
+        }
+    }
+}
+
+/// SIGUSR1: open every log file again at its path (logrotate has renamed
+/// the old one) and write to the new one from now on; what workers still
+/// buffer goes to the new file. A file that cannot be opened keeps the old
+/// one, with a warning. Returns (reopened, failed).
+pub fn reopen_all() -> (usize, usize) {
+    let sinks: Vec<Arc<Sink>> = {
+        let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        open.iter()
+            .flat_map(|m| m.values())
+            .filter_map(Weak::upgrade)
+            .collect()
+    };
+    let (mut ok, mut failed) = (0, 0);
+    for sink in sinks {
+        let Out::File { path, file } = &sink.out else {
+            continue;
+        };
+        match open_append(path) {
+            Ok(f) => {
+                file.store(Arc::new(f));
+                ok += 1;
+            }
+            Err(e) => {
+                failed += 1;
+                tracing::warn!(
+                    "SIGUSR1: cannot reopen the access log {}: {e}; still writing to the file \
+                     open before (the user tlsfront runs as must be able to write the file, \
+                     which logrotate's `create` makes with the old file's owner, or else to \
+                     create it in its directory)",
+                    path.display()
+                );
+            }
+        }
+    }
+    (ok, failed)
+}
+
+/// One worker's lines not yet written, per destination (a handful: a
+/// linear search beats hashing).
+#[derive(Default)]
+struct Pending {
+    bufs: Vec<(Arc<Sink>, Vec<u8>)>,
+}
+
+impl Pending {
+    fn flush(&mut self) {
+        for (sink, buf) in &mut self.bufs {
+            if !buf.is_empty() {
+                sink.write(buf);
+                buf.clear();
+            }
+        }
+        // A sink only this buffer still holds belongs to no site any more
+        // (a reload dropped it): let its file close.
+        self.bufs.retain(|(sink, _)| Arc::strong_count(sink) > 1);
+    }
+}
+
+impl Drop for Pending {
+    /// The last flush, when the thread ends: a worker that ends without
+    /// its explicit flush (a panic) still writes what it holds.
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+thread_local! {
+    static PENDING: RefCell<Pending> = RefCell::new(Pending::default());
+}
+
+/// Append one line (`line` writes it, newline included) to this thread's
+/// buffer for `sink`; write the buffer if it passed [`FLUSH_AT`].
+pub fn write(sink: &Arc<Sink>, line: impl FnOnce(&mut Vec<u8>)) {
+    let _ = PENDING.try_with(|p| {
+        let mut p = p.borrow_mut();
+        let i = match p.bufs.iter().position(|(s, _)| Arc::ptr_eq(s, sink)) {
+            Some(i) => i,
+            None => {
+                p.bufs
+                    .push((sink.clone(), Vec::with_capacity(FLUSH_AT + 1024)));
+                p.bufs.len() - 1
+            }
+        };
+        let (sink, buf) = &mut p.bufs[i];
+        line(buf);
+        if buf.len() >= FLUSH_AT {
+            sink.write(buf);
+            buf.clear();
+        }
+    });
+}
+
+/// Write everything this thread has buffered.
+pub fn flush() {
+    let _ = PENDING.try_with(|p| p.borrow_mut().flush());
+}
+
+/// A worker's flushing task: every [`FLUSH_EVERY`], write what its
+/// buffer holds. Runs on the worker's own runtime, so on its thread.
+pub async fn flush_every() {
+    let mut tick = tokio::time::interval(FLUSH_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(path: &Path) -> usize {
+        std::fs::read(path)
+            .map(|b| b.iter().filter(|&&c| c == b'\n').count())
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn lines_wait_until_the_buffer_is_full_or_flushed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.log");
+        let sink = Sink::file(&path, None).unwrap();
+        // The same path is one open file.
+        assert!(Arc::ptr_eq(&sink, &Sink::file(&path, None).unwrap()));
+        let line = [b'x'; 99];
+        let mut written = 0;
+        // Below the threshold nothing is written.
+        while (written + 1) * 100 < FLUSH_AT {
+            write(&sink, |b| {
+                b.extend_from_slice(&line);
+                b.push(b'\n');
+            });
+            written += 1;
+        }
+        assert_eq!(lines(&path), 0);
+        // The line that crosses it writes the whole buffer.
+        write(&sink, |b| {
+            b.extend_from_slice(&line);
+            b.push(b'\n');
+        });
+        written += 1;
+        assert_eq!(lines(&path), written);
+        write(&sink, |b| b.extend_from_slice(b"last\n"));
+        assert_eq!(lines(&path), written);
+        flush();
+        assert_eq!(lines(&path), written + 1);
+    }
+
+    #[test]
+    fn reopen_writes_to_the_new_file_and_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.log");
+        let sink = Sink::file(&path, None).unwrap();
+        write(&sink, |b| b.extend_from_slice(b"one\n"));
+        flush();
+        // logrotate: rename, then the signal; a line buffered before the
+        // reopen goes to the new file.
+        std::fs::rename(&path, dir.path().join("r.log.1")).unwrap();
+        write(&sink, |b| b.extend_from_slice(b"two\n"));
+        let (ok, failed) = reopen_all();
+        assert!(ok >= 1 && failed == 0);
+        flush();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two\n");
+        assert_eq!(std::fs::read(dir.path().join("r.log.1")).unwrap(), b"one\n");
+    }
+
+    #[test]
+    fn a_thread_writes_what_it_holds_when_it_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.log");
+        let sink = Sink::file(&path, None).unwrap();
+        let s = sink.clone();
+        std::thread::spawn(move || write(&s, |b| b.extend_from_slice(b"bye\n")))
+            .join()
+            .unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"bye\n");
+    }
+}
