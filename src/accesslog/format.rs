@@ -389,6 +389,7 @@ mod tests {
             path: Path::Ktls,
             site: "a.test".into(),
             log: None,
+            metrics: crate::metrics::Metrics::default().site(&"a.test".into()),
         }
     }
 
