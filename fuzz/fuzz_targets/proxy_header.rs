@@ -95,6 +95,11 @@ fuzz_target!(|data: &[u8]| {
         suite: (flags & 0x10 != 0).then(|| suites[(flags as usize >> 5) % 3]),
         sni: (flags & 0x80 != 0).then_some(sni.clone()),
         alpn: (!alpn.is_empty()).then_some(alpn.clone()),
+        resumed: false,
+        path: tlsfront::transport::Path::Userspace,
+        site: "fuzz".into(),
+        log: None,
+        metrics: site_metrics(),
     };
     let want = if client.is_ipv4() == local.is_ipv4() {
         (client, local)
@@ -130,3 +135,12 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
+
+/// One set of counters for every run (made once: building a registry per
+/// input would be most of the work).
+fn site_metrics() -> std::sync::Arc<tlsfront::metrics::SiteMetrics> {
+    static SITE: std::sync::OnceLock<std::sync::Arc<tlsfront::metrics::SiteMetrics>> =
+        std::sync::OnceLock::new();
+    SITE.get_or_init(|| tlsfront::metrics::Metrics::default().site(&"fuzz".into()))
+        .clone()
+}
