@@ -108,8 +108,8 @@ impl StaticFiles {
             sent: Sent::default(),
         };
         match tls {
-            Tls::Kernel(k) => Box::pin(session(k, &cx, stop)).await,
-            Tls::User(u) => Box::pin(session(u, &cx, stop)).await,
+            Tls::Kernel(k) => session(k, &cx, stop).await,
+            Tls::User(u) => session(u, &cx, stop).await,
         }
     }
 }
@@ -190,14 +190,14 @@ enum End {
 async fn session<T: Transport>(mut t: T, cx: &Ctx<'_>, mut stop: watch::Receiver<bool>) {
     let end = serve(&mut t, cx, &mut stop).await;
     match end {
-        End::Close => Box::pin(close_and_linger(&mut t, LINGER)).await,
+        End::Close => close_and_linger(&mut t, LINGER).await,
         End::Abort(e) => {
             cx.front.metrics.error(e.kind());
             tracing::debug!("connection ended: {e}");
             if matches!(e, TransportError::KeyUpdateUnsupported) {
                 // Our sending key is still valid: say goodbye properly, but
                 // read nothing more (it is under a key we cannot install).
-                let _ = Box::pin(t.close()).await;
+                let _ = t.close().await;
             }
         }
     }
@@ -291,7 +291,7 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
                 Err(_) => {
                     if filled > 0 {
                         let mut reply = Reply::closing(request::names_head(&buf[..filled]));
-                        let _ = Box::pin(send_page(t, cx, &mut out, &mut reply, 408, &[])).await;
+                        let _ = send_page(t, cx, &mut out, &mut reply, 408, &[]).await;
                         cx.log(&buf[..filled], started);
                     }
                     return End::Close;
@@ -306,7 +306,7 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
             Err(e) => {
                 tracing::debug!("bad request: {e}");
                 let mut reply = Reply::closing(request::names_head(&buf[..filled]));
-                let sent = Box::pin(send_page(t, cx, &mut out, &mut reply, e.status(), &[])).await;
+                let sent = send_page(t, cx, &mut out, &mut reply, e.status(), &[]).await;
                 cx.log(&buf[..filled], started);
                 return match sent {
                     Ok(()) => End::Close,
@@ -337,28 +337,19 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
                 if head.body != Body::None {
                     reply.stream_unusable();
                 }
-                Box::pin(send_page(t, cx, &mut out, &mut reply, status, extra)).await
+                send_page(t, cx, &mut out, &mut reply, status, extra).await
             }
             None => {
                 match head.body {
                     Body::None => {}
                     Body::Length(n) => {
-                        match Box::pin(discard_body(
-                            t,
-                            &mut buf,
-                            &mut filled,
-                            n,
-                            head.expect,
-                            deadline,
-                        ))
-                        .await
+                        match discard_body(t, &mut buf, &mut filled, n, head.expect, deadline).await
                         {
                             Ok(BodyRead::Done) => {}
                             Ok(BodyRead::Closed) => return End::Close,
                             Ok(BodyRead::TimedOut) => {
                                 let mut reply = Reply::closing(head.method == Method::Head);
-                                let _ = Box::pin(send_page(t, cx, &mut out, &mut reply, 408, &[]))
-                                    .await;
+                                let _ = send_page(t, cx, &mut out, &mut reply, 408, &[]).await;
                                 cx.log(&logged, started);
                                 return End::Close;
                             }
@@ -368,7 +359,7 @@ async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver
                     // Chunked bodies are not read: answer, then close.
                     Body::Chunked => reply.stream_unusable(),
                 }
-                Box::pin(respond(t, cx, &head, &mut reply, &mut out)).await
+                respond(t, cx, &head, &mut reply, &mut out).await
             }
         };
         // Logged sent or not: a response cut short is logged with the body

@@ -150,32 +150,12 @@ impl<F: Fn()> Drop for Slot<F> {
 }
 
 async fn connection(
-    sock: TcpStream,
+    mut sock: TcpStream,
     peer: std::net::SocketAddr,
     bound: Option<std::net::SocketAddr>,
     front: &Front,
     stop: watch::Receiver<bool>,
 ) {
-    // Boxed: the task keeps no room for the handshake's state once it is
-    // over. What the task holds across the service's await is what every
-    // idle connection costs.
-    let Some((tls, info, site)) = Box::pin(establish(sock, peer, bound, front)).await else {
-        return;
-    };
-    match &site.job {
-        SiteJob::Files(files) => files.serve(front, tls, info, stop).await,
-        SiteJob::Proxy(proxy) => Box::pin(proxy.serve(front, tls, info, stop)).await,
-    }
-}
-
-/// From accept to a connection ready for its site's service: the PROXY
-/// header, the handshake, the data path.
-async fn establish(
-    mut sock: TcpStream,
-    peer: std::net::SocketAddr,
-    bound: Option<std::net::SocketAddr>,
-    front: &Front,
-) -> Option<(Tls, ConnInfo, Arc<SiteRt>)> {
     let t = &front.timeouts;
     let local = match bound {
         Some(a) => a,
@@ -184,7 +164,9 @@ async fn establish(
     // The sites as they are now: this connection keeps them to its end,
     // whatever reloads happen meanwhile.
     let sites = front.sites.load_full();
-    let (client, local) = accepted(front, &sites, &mut sock, peer, local).await?;
+    let Some((client, local)) = accepted(front, &sites, &mut sock, peer, local).await else {
+        return;
+    };
 
     // Attach the ULP before the handshake: it fails harmlessly, and it must
     // be there before the peer can close its side.
@@ -203,49 +185,67 @@ async fn establish(
         true
     };
 
-    let mut chosen = None;
-    let choose = |hello: &crate::tls::Hello| {
-        // An ACME CA validating a name we are getting a certificate
-        // for: its challenge answer, then the connection ends.
-        if hello.acme_challenge
-            && hello
-                .sni
-                .as_deref()
-                .is_some_and(|n| front.challenges.get(n).is_some())
-        {
-            return Ok(front.challenge_config.clone());
-        }
-        let site = sites.choose(hello.sni.as_deref())?;
-        let config = site.tls.for_hello(hello);
-        chosen = Some(site.clone());
-        Ok(config)
-    };
-    let hs = match timer::timeout(secs(t.handshake), handshake(&mut sock, choose, ulp)).await {
-        Ok(Ok(hs)) => hs,
-        Ok(Err(e)) => {
-            front.metrics.handshake_failed(match &e {
-                HandshakeError::Eof => "eof",
-                HandshakeError::Transport(t) => t.kind(),
-                _ => e.label().unwrap_or("other"),
-            });
-            if let Some(label) = e.label() {
-                front.metrics.error(label);
+    // The handshake future is boxed, so the task keeps no room for it once
+    // the handshake is over; `hs` and everything made from it live only in
+    // this block, for the same reason: across the service's await the task
+    // holds the boxed transport alone (its size is what every idle
+    // connection costs).
+    let (tls, info, site) = {
+        let mut chosen = None;
+        let choose = |hello: &crate::tls::Hello| {
+            // An ACME CA validating a name we are getting a certificate
+            // for: its challenge answer, then the connection ends.
+            if hello.acme_challenge
+                && hello
+                    .sni
+                    .as_deref()
+                    .is_some_and(|n| front.challenges.get(n).is_some())
+            {
+                return Ok(front.challenge_config.clone());
             }
-            tracing::debug!("handshake failed: {e}");
-            if sites.answers_plain_http && matches!(e, HandshakeError::NotTls) {
-                let _ = timer::timeout(secs(t.handshake), plain_http_answer(&mut sock)).await;
+            let site = sites.choose(hello.sni.as_deref())?;
+            let config = site.tls.for_hello(hello);
+            chosen = Some(site.clone());
+            Ok(config)
+        };
+        let hs = Box::pin(handshake(&mut sock, choose, ulp));
+        let hs = match timer::timeout(secs(t.handshake), hs).await {
+            Ok(Ok(hs)) => hs,
+            Ok(Err(e)) => {
+                front.metrics.handshake_failed(match &e {
+                    HandshakeError::Eof => "eof",
+                    HandshakeError::Transport(t) => t.kind(),
+                    _ => e.label().unwrap_or("other"),
+                });
+                if let Some(label) = e.label() {
+                    front.metrics.error(label);
+                }
+                tracing::debug!("handshake failed: {e}");
+                if sites.answers_plain_http && matches!(e, HandshakeError::NotTls) {
+                    let _ = timer::timeout(secs(t.handshake), plain_http_answer(&mut sock)).await;
+                }
+                return;
             }
-            return None;
-        }
-        Err(_) => {
-            front.metrics.handshake_failed("timeout");
-            front.metrics.error("handshake_timeout");
-            return None;
-        }
+            Err(_) => {
+                front.metrics.handshake_failed("timeout");
+                front.metrics.error("handshake_timeout");
+                return;
+            }
+        };
+        let Some(site) = chosen else {
+            return;
+        };
+        let Some((tls, info)) = data_path(front, sock, hs, ulp, fallback, client, local, &site)
+        else {
+            return;
+        };
+        (tls, info, site)
     };
-    let site = chosen?;
-    let (tls, info) = data_path(front, sock, hs, ulp, fallback, client, local, &site)?;
-    Some((tls, info, site))
+    drop(sites);
+    match &site.job {
+        SiteJob::Files(files) => files.serve(front, tls, info, stop).await,
+        SiteJob::Proxy(proxy) => proxy.serve(front, tls, info, stop).await,
+    }
 }
 
 /// Right after accept, before TLS: with `accept_proxy`, the PROXY header a
