@@ -133,14 +133,16 @@ fn rotated_keys_resume_while_listed_and_not_after() {
     // The new key encrypts, the old one still decrypts.
     write(&["new.key", "old.key"]);
     server.reload();
-    let out = server.wait_for_output("ticket keys replaced", 1);
-    assert!(out.contains("reloaded "), "{out}");
+    // The reload's last line: the new keys are in use once it is out.
+    let out = server.wait_for_output("reloaded ", 1);
+    assert!(out.contains("ticket keys replaced"), "{out}");
     assert!(connect(server.port, "-tls1_3", None, Some(&sess)));
 
     // The old key gone: its tickets no longer resume.
     write(&["new.key"]);
     server.reload();
-    server.wait_for_output("ticket keys replaced", 2);
+    let out = server.wait_for_output("reloaded ", 2);
+    assert_eq!(out.matches("ticket keys replaced").count(), 2, "{out}");
     assert!(!connect(server.port, "-tls1_3", None, Some(&sess)));
     // A broken key file is refused with the reload; the keys stay.
     std::fs::write(&new, b"short").unwrap();
