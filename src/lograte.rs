@@ -30,6 +30,18 @@ impl LogLimit {
         self.allow_at(kind, Instant::now())
     }
 
+    /// Start `kind`'s interval now without writing a line of it: a line of
+    /// another kind has just said as much. Lines left out stay counted, to
+    /// be reported with the next line of `kind`.
+    pub fn hold(&self, kind: &'static str) {
+        self.hold_at(kind, Instant::now())
+    }
+
+    fn hold_at(&self, kind: &'static str, now: Instant) {
+        let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
+        kinds.entry(kind).or_insert((now, 0)).0 = now;
+    }
+
     fn allow_at(&self, kind: &'static str, now: Instant) -> Option<Suppressed> {
         let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
         match kinds.get_mut(kind) {
@@ -67,6 +79,21 @@ impl std::fmt::Display for Suppressed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_held_kind_waits_a_whole_interval_and_keeps_its_count() {
+        let l = LogLimit::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        l.hold_at("a", at(0));
+        assert_eq!(l.allow_at("a", at(5)), None);
+        assert_eq!(l.allow_at("a", at(11)), Some(Suppressed(1)));
+        l.hold_at("a", at(12));
+        assert_eq!(l.allow_at("a", at(15)), None);
+        l.hold_at("a", at(20));
+        assert_eq!(l.allow_at("a", at(29)), None);
+        assert_eq!(l.allow_at("a", at(30)), Some(Suppressed(2)));
+    }
 
     #[test]
     fn one_line_per_kind_per_interval_with_a_count() {

@@ -325,20 +325,29 @@ fn backend_outage_and_recovery_are_logged() {
     assert!(log.contains(&failing), "{log}");
     // Three clients within the interval: one line.
     assert_eq!(log.matches(&format!("backend {addr}")).count(), 1, "{log}");
-    // The backend comes up.
+    // The backend comes up for one connection, then goes away again.
     let l = std::net::TcpListener::bind(&addr).unwrap();
-    std::thread::spawn(move || {
-        for c in l.incoming().flatten() {
-            std::thread::spawn(move || peers::echo(c));
-        }
+    let backend = std::thread::spawn(move || {
+        let (c, _) = l.accept().unwrap();
+        drop(l);
+        peers::echo(c)
     });
     let r = within(&rt, 20, session(server.port, &server.ca(), b"", b"ping"));
     assert_eq!(r.expect("client hung").unwrap(), b"ping");
+    backend.join().unwrap();
     let up = format!("backend {addr} up again after 3 failed attempts");
     let log = server.wait_for_log(&up);
     assert!(log.contains(&up), "{log}");
+    // A second outage, a second after the first: its own line, though the
+    // first outage's line of the same kind is within the 10 s interval of
+    // the lines a client can provoke.
+    std::thread::sleep(Duration::from_millis(1100));
+    let back = rt.block_on(read_until_close(server.port, &server.ca()));
+    assert_eq!(back.unwrap(), b"");
+    let log = server.wait_for_log_count(&failing, 2);
+    assert_eq!(log.matches(&failing).count(), 2, "{log}");
     let (_, report) = server.stop();
-    assert!(report.contains("backend_refused 3"), "{report}");
+    assert!(report.contains("backend_refused 4"), "{report}");
 }
 
 #[test]

@@ -27,6 +27,9 @@ pub struct Proxy {
     /// Failures are warned about at most once per kind per interval, with
     /// the count of lines left out; every one is counted in the metrics.
     log: LogLimit,
+    /// The lines of an outage's start and end: every outage gets them, but
+    /// a backend that flaps on every connection cannot flood the log.
+    transitions: LogLimit,
     /// Connection attempts to the backend that failed since one last
     /// succeeded (0: the backend answers).
     failing: AtomicU64,
@@ -46,6 +49,7 @@ impl Proxy {
             connect_timeout: secs(site.timeouts.connect),
             idle_timeout: secs(site.timeouts.idle),
             log: LogLimit::new(crate::lograte::EVERY),
+            transitions: LogLimit::new(Duration::from_secs(1)),
             failing: AtomicU64::new(0),
             backend_name: backend.addr.to_string(),
         }
@@ -70,18 +74,32 @@ impl Proxy {
 
     /// The backend could not be reached: a warning when it starts failing
     /// and, rate-limited, while it goes on failing.
+    ///
+    /// The first failure of an outage is limited on its own, at a shorter
+    /// interval, so an outage that begins soon after another still gets its
+    /// line; it then holds the continued-failure lines for an interval.
     fn backend_down(&self, front: &Front, e: &ConnectError) {
         let n = self.failing.fetch_add(1, Ordering::Relaxed) + 1;
-        let how = if n == 1 {
-            "failing".to_string()
-        } else {
-            format!("still failing ({n} attempts in a row)")
-        };
-        self.failure(
-            front,
-            e.kind(),
-            format_args!("backend {} {how}: {e} ({})", self.backend, e.kind()),
-        );
+        if n > 1 {
+            return self.failure(
+                front,
+                e.kind(),
+                format_args!(
+                    "backend {} still failing ({n} attempts in a row): {e} ({})",
+                    self.backend,
+                    e.kind()
+                ),
+            );
+        }
+        front.metrics.error(e.kind());
+        if let Some(left_out) = self.transitions.allow("backend_down") {
+            tracing::warn!(
+                "backend {} failing: {e} ({}){left_out}",
+                self.backend,
+                e.kind()
+            );
+        }
+        self.log.hold(e.kind());
     }
 
     /// The backend answered: say so if it had been failing.
@@ -93,7 +111,7 @@ impl Proxy {
         }
         let n = self.failing.swap(0, Ordering::Relaxed);
         if n > 0 {
-            if let Some(left_out) = self.log.allow("backend_up") {
+            if let Some(left_out) = self.transitions.allow("backend_up") {
                 let s = if n == 1 { "" } else { "s" };
                 tracing::warn!(
                     "backend {} up again after {n} failed attempt{s}{left_out}",

@@ -398,10 +398,15 @@ impl Server {
 
     /// Wait (up to 20 s) until the log contains `text`; the log then.
     pub fn wait_for_log(&self, text: &str) -> String {
+        self.wait_for_log_count(text, 1)
+    }
+
+    /// The log once `text` is in it `n` times (or after 20 s).
+    pub fn wait_for_log_count(&self, text: &str, n: usize) -> String {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let log = self.log();
-            if log.contains(text) || Instant::now() > deadline {
+            if log.matches(text).count() >= n || Instant::now() > deadline {
                 return log;
             }
             std::thread::sleep(Duration::from_millis(20));
