@@ -382,6 +382,23 @@ impl KtlsStream {
         Ok(Recv::Control)
     }
 
+    /// After a read shorter than its buffer: the kernel copies records
+    /// while whole ones are queued and the buffer has room, so it found no
+    /// more. Tell tokio (as `try_read_drained` does for TCP), sparing the
+    /// recvmsg that would only say EAGAIN after every request. A record
+    /// that arrives later raises a new epoll event; one the kernel parked
+    /// behind the data because its type differs (a control record) raises
+    /// none and is read with the next data or FIN, so the sender of a
+    /// KeyUpdate or close_notify alone waits as any idle keep-alive client
+    /// does. (HTTP only: the proxy's relay reads by splice.)
+    fn drained(&self) {
+        // A closure that reports WouldBlock is how tokio is told to clear
+        // the readiness it observed.
+        let _ = self.sock.try_io(Interest::READABLE, || {
+            Err::<(), _>(io::ErrorKind::WouldBlock.into())
+        });
+    }
+
     /// Before writing `bytes` by other means (splice): make room under the
     /// record limit, rekeying if the kernel allows.
     pub async fn reserve_for(&mut self, bytes: u64) -> Result<(), TransportError> {
@@ -422,7 +439,12 @@ impl Transport for KtlsStream {
         }
         loop {
             match self.recv_once(buf).await? {
-                Recv::Data(n) => return Ok(n),
+                Recv::Data(n) => {
+                    if n < buf.len() {
+                        self.drained();
+                    }
+                    return Ok(n);
+                }
                 Recv::Closed => return Ok(0),
                 Recv::Control => continue,
                 Recv::WouldBlock => self.sock.readable().await?,
