@@ -190,14 +190,16 @@ enum End {
 async fn session<T: Transport>(mut t: T, cx: &Ctx<'_>, mut stop: watch::Receiver<bool>) {
     let end = serve(&mut t, cx, &mut stop).await;
     match end {
-        End::Close => close_and_linger(&mut t, LINGER).await,
+        // Boxed: the close's futures are large and needed once, and a
+        // connection's task keeps room for the largest of its phases.
+        End::Close => Box::pin(close_and_linger(&mut t, LINGER)).await,
         End::Abort(e) => {
             cx.front.metrics.error(e.kind());
             tracing::debug!("connection ended: {e}");
             if matches!(e, TransportError::KeyUpdateUnsupported) {
                 // Our sending key is still valid: say goodbye properly, but
                 // read nothing more (it is under a key we cannot install).
-                let _ = t.close().await;
+                let _ = Box::pin(t.close()).await;
             }
         }
     }
@@ -205,177 +207,219 @@ async fn session<T: Transport>(mut t: T, cx: &Ctx<'_>, mut stop: watch::Receiver
 
 async fn serve<T: Transport>(t: &mut T, cx: &Ctx<'_>, stop: &mut watch::Receiver<bool>) -> End {
     let cfg = &cx.files.cfg;
-    let limits = HeadLimits {
-        request_line: cfg.limits.request_line,
-        header_bytes: cfg.limits.header_bytes,
-        headers: cfg.limits.headers,
+    let mut s = Session {
+        limits: HeadLimits {
+            request_line: cfg.limits.request_line,
+            header_bytes: cfg.limits.header_bytes,
+            headers: cfg.limits.headers,
+        },
+        header_timeout: secs(cfg.timeouts.request_header),
+        keepalive: secs(cfg.timeouts.keepalive),
+        buf: Vec::new(),
+        filled: 0,
+        served: 0,
+        out: Vec::new(),
+        logged: Vec::new(),
     };
-    let header_timeout = secs(cfg.timeouts.request_header);
-    let keepalive = secs(cfg.timeouts.keepalive);
-    let mut buf: Vec<u8> = Vec::new();
-    let mut filled = 0usize;
-    let mut served = 0u64;
-    let mut out = Vec::new();
-    // The head of the request being answered, kept for the access log.
-    let mut logged: Vec<u8> = Vec::new();
-
     loop {
-        // Wait for the next request. Back-to-back requests keep their
-        // buffers; a connection idle beyond a moment holds none.
-        if filled == 0 {
-            // Draining (SIGTERM, or an upgrade) ends a keep-alive
-            // connection between requests, but not at once: a client in the
-            // middle of a conversation sends its next request right away,
-            // and closing under it would fail that request (clients may
-            // retry, RFC 9112 9.3.1, but not every one does). So an idle
-            // connection gets DRAIN_IDLE more for its next request, which
-            // is answered with `Connection: close`. A connection's first
-            // request is always answered, within the header timeout: that
-            // client reached this process just now.
-            let drain_closes = served > 0;
-            let mut draining = drain_closes && *stop.borrow();
-            let idle = if served == 0 {
-                header_timeout
-            } else {
-                keepalive
-            };
-            let start = Instant::now();
-            let mut deadline = start + if draining { DRAIN_IDLE.min(idle) } else { idle };
-            let mut released = false;
-            loop {
-                let wake = if released {
-                    deadline
-                } else {
-                    (start + IDLE_GRACE).min(deadline)
-                };
-                tokio::select! {
-                    r = timeout_at(wake, t.readable()) => match r {
-                        Ok(Err(e)) => return End::Abort(e),
-                        Ok(Ok(())) => break,
-                        Err(_) if wake >= deadline => return End::Close,
-                        Err(_) => {}
-                    },
-                    _ = stop.changed(), if drain_closes && !draining => {
-                        draining = true;
-                        deadline = deadline.min(Instant::now() + DRAIN_IDLE);
-                        continue;
-                    }
-                }
-                // Idle beyond a moment: hold no buffers.
-                buf = Vec::new();
-                out = Vec::new();
-                logged = Vec::new();
-                t.release_buffers();
-                released = true;
+        if s.filled == 0 {
+            if let Some(end) = next_request(t, &mut s, stop).await {
+                return end;
             }
         }
-
-        cx.headers.store(0, Relaxed);
-        // Read until a whole request head is buffered.
-        let started = Instant::now();
-        let deadline = started + header_timeout;
-        let head = loop {
-            if filled > 0 {
-                match request::parse(&buf[..filled], &limits) {
-                    Ok(Some(h)) => break Ok(h),
-                    Ok(None) => {}
-                    Err(e) => break Err(e),
-                }
-            }
-            if buf.len() == filled {
-                let cap = (limits.header_bytes + 1).max(filled + 1);
-                // Not `clamp`: that panics when `header_bytes` < 4 KiB.
-                buf.resize((filled * 2).max(4096).min(cap), 0);
-            }
-            match timeout_at(deadline, t.read(&mut buf[filled..])).await {
-                Err(_) => {
-                    if filled > 0 {
-                        let mut reply = Reply::closing(request::names_head(&buf[..filled]));
-                        let _ = send_page(t, cx, &mut out, &mut reply, 408, &[]).await;
-                        cx.log(&buf[..filled], started.elapsed());
-                    }
-                    return End::Close;
-                }
-                Ok(Ok(0)) => return End::Close,
-                Ok(Ok(n)) => filled += n,
-                Ok(Err(e)) => return End::Abort(e),
-            }
-        };
-        let head = match head {
-            Ok(h) => h,
-            Err(e) => {
-                tracing::debug!("bad request: {e}");
-                let mut reply = Reply::closing(request::names_head(&buf[..filled]));
-                let sent = send_page(t, cx, &mut out, &mut reply, e.status(), &[]).await;
-                cx.log(&buf[..filled], started.elapsed());
-                return match sent {
-                    Ok(()) => End::Close,
-                    Err(e) => End::Abort(e),
-                };
-            }
-        };
-        if cx.info.log.is_some() {
-            logged.clear();
-            logged.extend_from_slice(&buf[..head.head_len]);
-        }
-        buf.copy_within(head.head_len..filled, 0);
-        filled -= head.head_len;
-
-        let mut reply = Reply::new(
-            head.minor,
-            head.method == Method::Head,
-            head.keep_alive && served + 1 < cfg.limits.keepalive_requests && !*stop.borrow(),
-        );
-        let result = match refusal(&head, cfg.limits.body) {
-            Some((status, extra)) => {
-                // Refused before its body is read (a client waiting for
-                // `100 Continue` is answered at once); the body, unread,
-                // leaves the stream out of step.
-                if head.body != Body::None {
-                    reply.stream_unusable();
-                }
-                send_page(t, cx, &mut out, &mut reply, status, extra).await
-            }
-            None => {
-                match head.body {
-                    Body::None => {}
-                    Body::Length(n) => {
-                        match discard_body(t, &mut buf, &mut filled, n, head.expect, deadline).await
-                        {
-                            Ok(BodyRead::Done) => {}
-                            Ok(BodyRead::Closed) => return End::Close,
-                            Ok(BodyRead::TimedOut) => {
-                                let mut reply = Reply::closing(head.method == Method::Head);
-                                let _ = send_page(t, cx, &mut out, &mut reply, 408, &[]).await;
-                                cx.log(&logged, started.elapsed());
-                                return End::Close;
-                            }
-                            Err(e) => return End::Abort(e),
-                        }
-                    }
-                    // Chunked bodies are not read: answer, then close.
-                    Body::Chunked => reply.stream_unusable(),
-                }
-                respond(t, cx, &head, &mut reply, &mut out).await
-            }
-        };
-        // Logged sent or not: a response cut short is logged with the body
-        // bytes known to be sent (0).
-        // One duration for the log and the metrics, nginx's
-        // `$request_time`: from the request's first byte read to its
-        // response sent (a file's body included). One clock read here and
-        // one at the start: a clock read is most of what timing costs.
-        let took = started.elapsed();
-        cx.log(&logged, took);
-        if let Err(e) = result {
-            return End::Abort(e);
-        }
-        cx.site.request_done(took.as_secs_f64());
-        served += 1;
-        if !reply.keep_alive() {
-            return End::Close;
+        // A request's future is boxed: the task of an idle connection keeps
+        // no room for reading and answering one, only the small wait above.
+        if let Some(end) = Box::pin(request(t, cx, &mut s, stop)).await {
+            return end;
         }
     }
+}
+
+/// What a session keeps from one request to the next.
+struct Session {
+    limits: HeadLimits,
+    header_timeout: Duration,
+    keepalive: Duration,
+    /// The bytes read and not yet parsed: `buf[..filled]`.
+    buf: Vec<u8>,
+    filled: usize,
+    /// Requests answered.
+    served: u64,
+    /// The response head being written.
+    out: Vec<u8>,
+    /// The head of the request being answered, kept for the access log.
+    logged: Vec<u8>,
+}
+
+/// Wait for the next request. Back-to-back requests keep their buffers; a
+/// connection idle beyond a moment holds none. `Some`: the session ends.
+async fn next_request<T: Transport>(
+    t: &mut T,
+    s: &mut Session,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<End> {
+    // Draining (SIGTERM, or an upgrade) ends a keep-alive
+    // connection between requests, but not at once: a client in the
+    // middle of a conversation sends its next request right away,
+    // and closing under it would fail that request (clients may
+    // retry, RFC 9112 9.3.1, but not every one does). So an idle
+    // connection gets DRAIN_IDLE more for its next request, which
+    // is answered with `Connection: close`. A connection's first
+    // request is always answered, within the header timeout: that
+    // client reached this process just now.
+    let drain_closes = s.served > 0;
+    let mut draining = drain_closes && *stop.borrow();
+    let idle = if s.served == 0 {
+        s.header_timeout
+    } else {
+        s.keepalive
+    };
+    let start = Instant::now();
+    let mut deadline = start + if draining { DRAIN_IDLE.min(idle) } else { idle };
+    let mut released = false;
+    loop {
+        let wake = if released {
+            deadline
+        } else {
+            (start + IDLE_GRACE).min(deadline)
+        };
+        tokio::select! {
+            r = timeout_at(wake, t.readable()) => match r {
+                Ok(Err(e)) => return Some(End::Abort(e)),
+                Ok(Ok(())) => return None,
+                Err(_) if wake >= deadline => return Some(End::Close),
+                Err(_) => {}
+            },
+            _ = stop.changed(), if drain_closes && !draining => {
+                draining = true;
+                deadline = deadline.min(Instant::now() + DRAIN_IDLE);
+                continue;
+            }
+        }
+        // Idle beyond a moment: hold no buffers.
+        s.buf = Vec::new();
+        s.out = Vec::new();
+        s.logged = Vec::new();
+        t.release_buffers();
+        released = true;
+    }
+}
+
+/// Read one request head and answer it. `Some`: the session ends.
+async fn request<T: Transport>(
+    t: &mut T,
+    cx: &Ctx<'_>,
+    s: &mut Session,
+    stop: &watch::Receiver<bool>,
+) -> Option<End> {
+    let cfg = &cx.files.cfg;
+    let (limits, header_timeout) = (s.limits, s.header_timeout);
+    cx.headers.store(0, Relaxed);
+    // Read until a whole request head is buffered.
+    let started = Instant::now();
+    let deadline = started + header_timeout;
+    let head = loop {
+        if s.filled > 0 {
+            match request::parse(&s.buf[..s.filled], &limits) {
+                Ok(Some(h)) => break Ok(h),
+                Ok(None) => {}
+                Err(e) => break Err(e),
+            }
+        }
+        if s.buf.len() == s.filled {
+            let cap = (limits.header_bytes + 1).max(s.filled + 1);
+            // Not `clamp`: that panics when `header_bytes` < 4 KiB.
+            s.buf.resize((s.filled * 2).max(4096).min(cap), 0);
+        }
+        match timeout_at(deadline, t.read(&mut s.buf[s.filled..])).await {
+            Err(_) => {
+                if s.filled > 0 {
+                    let mut reply = Reply::closing(request::names_head(&s.buf[..s.filled]));
+                    let _ = send_page(t, cx, &mut s.out, &mut reply, 408, &[]).await;
+                    cx.log(&s.buf[..s.filled], started.elapsed());
+                }
+                return Some(End::Close);
+            }
+            Ok(Ok(0)) => return Some(End::Close),
+            Ok(Ok(n)) => s.filled += n,
+            Ok(Err(e)) => return Some(End::Abort(e)),
+        }
+    };
+    let head = match head {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::debug!("bad request: {e}");
+            let mut reply = Reply::closing(request::names_head(&s.buf[..s.filled]));
+            let sent = send_page(t, cx, &mut s.out, &mut reply, e.status(), &[]).await;
+            cx.log(&s.buf[..s.filled], started.elapsed());
+            return Some(match sent {
+                Ok(()) => End::Close,
+                Err(e) => End::Abort(e),
+            });
+        }
+    };
+    if cx.info.log.is_some() {
+        s.logged.clear();
+        s.logged.extend_from_slice(&s.buf[..head.head_len]);
+    }
+    s.buf.copy_within(head.head_len..s.filled, 0);
+    s.filled -= head.head_len;
+
+    let mut reply = Reply::new(
+        head.minor,
+        head.method == Method::Head,
+        head.keep_alive && s.served + 1 < cfg.limits.keepalive_requests && !*stop.borrow(),
+    );
+    let result = match refusal(&head, cfg.limits.body) {
+        Some((status, extra)) => {
+            // Refused before its body is read (a client waiting for
+            // `100 Continue` is answered at once); the body, unread,
+            // leaves the stream out of step.
+            if head.body != Body::None {
+                reply.stream_unusable();
+            }
+            send_page(t, cx, &mut s.out, &mut reply, status, extra).await
+        }
+        None => {
+            match head.body {
+                Body::None => {}
+                Body::Length(n) => {
+                    match discard_body(t, &mut s.buf, &mut s.filled, n, head.expect, deadline).await
+                    {
+                        Ok(BodyRead::Done) => {}
+                        Ok(BodyRead::Closed) => return Some(End::Close),
+                        Ok(BodyRead::TimedOut) => {
+                            let mut reply = Reply::closing(head.method == Method::Head);
+                            let _ = send_page(t, cx, &mut s.out, &mut reply, 408, &[]).await;
+                            cx.log(&s.logged, started.elapsed());
+                            return Some(End::Close);
+                        }
+                        Err(e) => return Some(End::Abort(e)),
+                    }
+                }
+                // Chunked bodies are not read: answer, then close.
+                Body::Chunked => reply.stream_unusable(),
+            }
+            respond(t, cx, &head, &mut reply, &mut s.out).await
+        }
+    };
+    // Logged sent or not: a response cut short is logged with the body
+    // bytes known to be sent (0).
+    // One duration for the log and the metrics, nginx's
+    // `$request_time`: from the request's first byte read to its
+    // response sent (a file's body included). One clock read here and
+    // one at the start: a clock read is most of what timing costs.
+    let took = started.elapsed();
+    cx.log(&s.logged, took);
+    if let Err(e) = result {
+        return Some(End::Abort(e));
+    }
+    cx.site.request_done(took.as_secs_f64());
+    s.served += 1;
+    if !reply.keep_alive() {
+        return Some(End::Close);
+    }
+    None
 }
 
 /// How reading a request body ended.

@@ -208,29 +208,38 @@ async fn connection(
             chosen = Some(site.clone());
             Ok(config)
         };
-        let hs = Box::pin(handshake(&mut sock, choose, ulp));
-        let hs = match timer::timeout(secs(t.handshake), hs).await {
-            Ok(Ok(hs)) => hs,
-            Ok(Err(e)) => {
-                front.metrics.handshake_failed(match &e {
-                    HandshakeError::Eof => "eof",
-                    HandshakeError::Transport(t) => t.kind(),
-                    _ => e.label().unwrap_or("other"),
-                });
-                if let Some(label) = e.label() {
-                    front.metrics.error(label);
+        // The failures are handled inside the box too: held across the
+        // await of a plain-HTTP answer, the handshake's result would take
+        // its room in every connection's task.
+        let hs = Box::pin(async {
+            match timer::timeout(secs(t.handshake), handshake(&mut sock, choose, ulp)).await {
+                Ok(Ok(hs)) => Some(hs),
+                Ok(Err(e)) => {
+                    front.metrics.handshake_failed(match &e {
+                        HandshakeError::Eof => "eof",
+                        HandshakeError::Transport(t) => t.kind(),
+                        _ => e.label().unwrap_or("other"),
+                    });
+                    if let Some(label) = e.label() {
+                        front.metrics.error(label);
+                    }
+                    tracing::debug!("handshake failed: {e}");
+                    if sites.answers_plain_http && matches!(e, HandshakeError::NotTls) {
+                        let answer = plain_http_answer(&mut sock);
+                        let _ = timer::timeout(secs(t.handshake), answer).await;
+                    }
+                    None
                 }
-                tracing::debug!("handshake failed: {e}");
-                if sites.answers_plain_http && matches!(e, HandshakeError::NotTls) {
-                    let _ = timer::timeout(secs(t.handshake), plain_http_answer(&mut sock)).await;
+                Err(_) => {
+                    front.metrics.handshake_failed("timeout");
+                    front.metrics.error("handshake_timeout");
+                    None
                 }
-                return;
             }
-            Err(_) => {
-                front.metrics.handshake_failed("timeout");
-                front.metrics.error("handshake_timeout");
-                return;
-            }
+        })
+        .await;
+        let Some(hs) = hs else {
+            return;
         };
         let Some(site) = chosen else {
             return;
@@ -275,7 +284,8 @@ async fn accepted(
         );
         return None;
     }
-    match header::accept(sock, secs(front.timeouts.handshake)).await {
+    // Boxed: only connections from a load balancer need room for it.
+    match Box::pin(header::accept(sock, secs(front.timeouts.handshake))).await {
         Ok(Some(addrs)) => Some(addrs),
         Ok(None) => Some((peer, local)),
         Err(e) => {
