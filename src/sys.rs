@@ -130,6 +130,25 @@ pub fn set_crypto_info(fd: BorrowedFd<'_>, dir: Direction, info: &CryptoInfo) ->
     check(ret)
 }
 
+/// `TLS_RX_EXPECT_NO_PAD` (Linux >= 6.0, TLS 1.3 receive only): let the
+/// kernel decrypt a record straight into the reader's buffer, betting that
+/// the peer does not pad; a padded record (or a control record) is
+/// decrypted again into a kernel buffer, counted in `TlsDecryptRetry`.
+pub fn set_rx_expect_no_pad(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let value: libc::c_int = 1;
+    // SAFETY: `value` is a live c_int for the duration of the call.
+    let ret = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_TLS,
+            libc::TLS_RX_EXPECT_NO_PAD,
+            (&value as *const libc::c_int).cast(),
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    check(ret)
+}
+
 /// Room for one `cmsghdr` carrying a one-byte record type, aligned for
 /// `cmsghdr` (CMSG_SPACE(1) is 24 bytes on 64-bit Linux).
 #[repr(C, align(8))]
