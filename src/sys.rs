@@ -95,13 +95,23 @@ pub fn set_tls_ulp(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// rustix nor socket2 wraps this option.)
 pub fn set_defer_accept(fd: BorrowedFd<'_>, secs: u32) -> io::Result<()> {
     let value = secs.min(i32::MAX as u32) as libc::c_int;
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT, value)
+}
+
+/// An integer-valued socket option that no crate we use wraps.
+fn setsockopt_int(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: `fd` is a live socket for the borrow; the option value points
     // at a local `c_int` whose exact size is passed.
     let ret = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_DEFER_ACCEPT,
+            level,
+            name,
             (&value as *const libc::c_int).cast(),
             mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
@@ -132,21 +142,11 @@ pub fn set_crypto_info(fd: BorrowedFd<'_>, dir: Direction, info: &CryptoInfo) ->
 
 /// `TLS_RX_EXPECT_NO_PAD` (Linux >= 6.0, TLS 1.3 receive only): let the
 /// kernel decrypt a record straight into the reader's buffer, betting that
-/// the peer does not pad; a padded record (or a control record) is
-/// decrypted again into a kernel buffer, counted in `TlsDecryptRetry`.
+/// the peer does not pad; a padded data record (or a control record) is
+/// decrypted again into a kernel buffer, counted in `TlsRxNoPadViolation`
+/// (data) and `TlsDecryptRetry` (all).
 pub fn set_rx_expect_no_pad(fd: BorrowedFd<'_>) -> io::Result<()> {
-    let value: libc::c_int = 1;
-    // SAFETY: `value` is a live c_int for the duration of the call.
-    let ret = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_TLS,
-            libc::TLS_RX_EXPECT_NO_PAD,
-            (&value as *const libc::c_int).cast(),
-            mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    check(ret)
+    setsockopt_int(fd, libc::SOL_TLS, libc::TLS_RX_EXPECT_NO_PAD, 1)
 }
 
 /// Room for one `cmsghdr` carrying a one-byte record type, aligned for
