@@ -241,6 +241,14 @@ pub struct ServeArgs {
     /// Add "; charset=CHARSET" to the Content-Type of text files.
     #[arg(long, value_name = "CHARSET")]
     pub charset: Option<String>,
+    /// Files each worker keeps open for its next requests; 0 keeps none
+    /// [default: 1000, fewer if the open-file limit is low].
+    #[arg(long, value_name = "N")]
+    pub open_file_cache: Option<usize>,
+    /// Seconds a kept file's path is trusted before it is looked up again
+    /// (each request still checks the file's size and time) [default: 1].
+    #[arg(long, value_name = "SECS")]
+    pub open_file_cache_valid: Option<f64>,
     /// TOML file with these settings plus [limits] and [timeouts] (one
     /// site; for several, use `tlsfront run --config`).
     #[arg(long, value_name = "FILE")]
@@ -317,6 +325,14 @@ impl ServeArgs {
         if let Some(c) = &self.charset {
             f.charset = Some(c.clone());
             o.flag("charset", "--charset");
+        }
+        if let Some(n) = self.open_file_cache {
+            f.open_file_cache = Some(n);
+            o.flag("open_file_cache", "--open-file-cache");
+        }
+        if let Some(v) = self.open_file_cache_valid {
+            f.open_file_cache_valid = Some(v);
+            o.flag("open_file_cache_valid", "--open-file-cache-valid");
         }
         for (v, slot, key, flag) in [
             (

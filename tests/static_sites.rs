@@ -2,7 +2,8 @@
 //! curl: precompressed siblings chosen by `Accept-Encoding` (`--compressed`
 //! and explicit q-values), response headers per site and per path pattern
 //! (errors and redirects included), the SPA `fallback`, `charset` only
-//! where configured, and `config check` refusing bad headers.
+//! where configured, `config check` refusing bad headers, and the
+//! workers' open-file cache following what a deploy does to the files.
 
 mod common;
 
@@ -430,6 +431,102 @@ fn charset_only_where_configured() {
 }
 
 /// `serve` takes the same settings as flags.
+/// The files of the document root the server holds open, by name
+/// (`(deleted)` marks one that no longer has a name).
+fn held(server: &Server, root: &Path) -> Vec<String> {
+    let root = root.canonicalize().unwrap();
+    let mut names = Vec::new();
+    for fd in std::fs::read_dir(format!("/proc/{}/fd", server.pid())).unwrap() {
+        if let Ok(target) = std::fs::read_link(fd.unwrap().path()) {
+            match target.strip_prefix(&root) {
+                // The root itself (the directory the lookups start from).
+                Ok(rest) if rest.as_os_str().is_empty() => {}
+                Ok(rest) => names.push(rest.display().to_string()),
+                Err(_) => {}
+            }
+        }
+    }
+    names.sort();
+    names
+}
+
+/// Poll `check` for up to `limit`; whether it came true.
+fn eventually(limit: std::time::Duration, mut check: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + limit;
+    loop {
+        if check() {
+            return true;
+        }
+        if std::time::Instant::now() > end {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// What a deploy does to the files (written in place, replaced by a
+/// rename, deleted) is served by the very next request, though the workers
+/// keep files open; a new precompressed sibling is seen once the entry
+/// expires (`--open-file-cache-valid`); a deleted file is let go by the
+/// sweep even if nobody asks for it again; `--open-file-cache 0` keeps
+/// nothing open.
+#[test]
+fn kept_files_follow_a_deploy() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("app.js"), "v1();\n").unwrap();
+    let server = Server::start_in(
+        d,
+        &["--precompressed", "gzip", "--open-file-cache-valid", "0.5"],
+    );
+    let body = |path: &str| {
+        let g = get(&server, None, path, &["--compressed"]);
+        (g.status, String::from_utf8_lossy(&g.body).into_owned())
+    };
+    assert_eq!(body("/app.js"), (200, "v1();\n".into()));
+    assert!(
+        held(&server, d).contains(&"app.js".to_string()),
+        "{:?}",
+        held(&server, d)
+    );
+    // Written in place, longer: the new bytes and length at once.
+    std::fs::write(d.join("app.js"), "version2();\n").unwrap();
+    let g = get(&server, None, "/app.js", &[]);
+    assert_eq!(g.body, b"version2();\n");
+    assert!(g.has("content-length", "12"), "{:?}", g.headers);
+    // Replaced by a rename, as rsync and deploy tools do: at once.
+    std::fs::write(d.join(".app.js.tmp"), "v3();\n").unwrap();
+    std::fs::rename(d.join(".app.js.tmp"), d.join("app.js")).unwrap();
+    assert_eq!(body("/app.js"), (200, "v3();\n".into()));
+    // A precompressed sibling put in place: served once the entry
+    // expires (it was found missing a moment ago).
+    std::fs::write(d.join("app.js"), "v4();\n".repeat(50)).unwrap();
+    compress(&d.join("app.js"));
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            get(&server, None, "/app.js", &["--compressed"]).has("content-encoding", "gzip")
+        }),
+        "the new sibling was never served"
+    );
+    assert_eq!(body("/app.js"), (200, "v4();\n".repeat(50)));
+    // Deleted: 404 at once; and deleted files the server still held are
+    // let go without another request.
+    std::fs::remove_file(d.join("app.js.gz")).unwrap();
+    std::fs::remove_file(d.join("app.js")).unwrap();
+    assert_eq!(server.status("/app.js", &[]), "404");
+    assert!(
+        eventually(Duration::from_secs(10), || held(&server, d).is_empty()),
+        "still held: {:?}",
+        held(&server, d)
+    );
+    drop(server);
+    std::fs::write(d.join("app.js"), "v5();\n").unwrap();
+    let server = Server::start_in(d, &["--open-file-cache", "0"]);
+    assert_eq!(server.status("/app.js", &[]), "200");
+    assert_eq!(held(&server, d), Vec::<String>::new());
+}
+
 #[test]
 fn serve_flags_precompressed_fallback_charset() {
     let dir = tempfile::tempdir().unwrap();

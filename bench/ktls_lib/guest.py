@@ -246,6 +246,22 @@ def start_servers(cfg):
     srv["nginx"] = Server("nginx", ["nginx", "-p", RUN, "-c", conf, "-e",
                                     os.path.join(RUN, "nginx-error.log")], p, "serve")
     only = set(cfg.get("only") or [])
+    if not only or "keepalive" in only:
+        # Both servers with and without an open-file cache: tlsfront keeps
+        # files open by default, nginx only with open_file_cache (here set
+        # as tlsfront's defaults are).
+        p = next_port()
+        srv["tlsfront-nocache"] = Server("tlsfront-nocache", [
+            tlsfront, "serve", os.path.join(RUN, "www"), "--listen", f"127.0.0.1:{p}", "--cert", cert,
+            "--key", key, "--workers", "1", "--config", toml, "--open-file-cache", "0"], p, "serve")
+        p = next_port()
+        common.update(port=p)
+        conf = os.path.join(RUN, "nginx-cache.conf")
+        cache = "    open_file_cache max=1000;\n    open_file_cache_valid 1s;\n"
+        with open(conf, "w") as f:
+            f.write(S.NGINX.format(tag="cache", ssl=" ssl", tls=tls + cache, **common))
+        srv["nginx-cache"] = Server("nginx-cache", ["nginx", "-p", RUN, "-c", conf, "-e",
+                                                    os.path.join(RUN, "nginx-cache-error.log")], p, "serve")
     if not only or "sites" in only:
         # The same server with SITES sites: 999 others, then the one the
         # clients ask for (localhost), each with its own certificate
@@ -678,7 +694,7 @@ def main():
                          lambda: sessions(srv[name], n, resume, primed), cipher="aes128")
         if want("keepalive"):
             n = cfg["requests"]
-            for name in ("tlsfront", "nginx"):
+            for name in ("tlsfront", "nginx", "tlsfront-nocache", "nginx-cache"):
                 ctx = client_ctx("aes128")
                 s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", srv[name].port), timeout=600),
                                     server_hostname="localhost")

@@ -189,6 +189,10 @@ pub struct FileConfig {
     /// or `off` (the default).
     pub access_log: Option<String>,
     pub access_log_format: Option<crate::accesslog::Format>,
+    /// Files each worker keeps open for its next requests (0: none).
+    pub open_file_cache: Option<usize>,
+    /// Seconds a kept file's path is trusted before it is looked up again.
+    pub open_file_cache_valid: Option<f64>,
 
     // The one site of a file without `[[site]]`.
     pub names: Vec<String>,

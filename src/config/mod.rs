@@ -111,7 +111,7 @@ pub fn secs(s: f64) -> Duration {
 }
 
 /// `value` from `origin` must lie in `ok`, or the error says what to give.
-fn in_range<T: PartialOrd + ToString>(
+pub(super) fn in_range<T: PartialOrd + ToString>(
     origin: &str,
     value: T,
     ok: impl std::ops::RangeBounds<T>,

@@ -43,7 +43,21 @@ pub struct Settings {
     pub sites: Vec<Site>,
     /// Index in `sites` of the site that answers unknown names.
     pub default_site: usize,
+    pub open_file_cache: OpenFileCache,
 }
+
+/// The workers' caches of open files (`files::cache`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenFileCache {
+    /// Entries per worker; unset: the default, or fewer if the open-file
+    /// limit is low.
+    pub entries: Option<usize>,
+    /// Seconds a kept file's path is trusted.
+    pub valid: f64,
+}
+
+/// Most entries `open_file_cache` may ask of each worker.
+pub const MAX_OPEN_FILE_CACHE: usize = 1_000_000;
 
 /// One site: its names, certificates and job.
 #[derive(Debug, Clone)]
@@ -301,6 +315,21 @@ pub fn resolve(
         }
         sites.push(site);
     }
+    if let Some(n) = file.open_file_cache {
+        super::in_range(
+            &o("open_file_cache"),
+            n,
+            0..=MAX_OPEN_FILE_CACHE,
+            "a number of files per worker, 0 (keep none) to 1000000",
+        )?;
+    }
+    let open_file_cache = OpenFileCache {
+        entries: file.open_file_cache,
+        valid: file
+            .open_file_cache_valid
+            .unwrap_or(crate::files::cache::DEFAULT_VALID),
+    };
+    super::check_timeout(&o("open_file_cache_valid"), open_file_cache.valid)?;
     let unknown_names = file.unknown_names.unwrap_or_default();
     if unknown_names == UnknownNames::Reject && sites.iter().any(|s| s.names.is_empty()) {
         return Err(ConfigError::Invalid {
@@ -338,6 +367,7 @@ pub fn resolve(
         timeouts: file.timeouts,
         sites,
         default_site: default_site.unwrap_or(0),
+        open_file_cache,
     })
 }
 
@@ -825,6 +855,14 @@ mod tests {
             (
                 "proxy_from = [\"10.0.0.0/8\"]\nroot = \"/x\"\n",
                 "setting proxy_from: trusted PROXY sources mean nothing",
+            ),
+            (
+                "root = \"/x\"\nopen_file_cache_valid = 0\n",
+                "setting open_file_cache_valid",
+            ),
+            (
+                "root = \"/x\"\nopen_file_cache = 2000000\n",
+                "setting open_file_cache",
             ),
         ] {
             let e = from_text(text).unwrap_err().to_string();

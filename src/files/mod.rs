@@ -11,6 +11,8 @@
 //! way, beneath the same root with the same symlink rules, and only once
 //! the file itself has been found: the sibling stands for the file, never
 //! in for a missing one.
+//!
+//! What was found is kept open for the worker's next requests (`cache`).
 
 use crate::http::conditional::Validators;
 use crate::http::encoding::{self, Encoding};
@@ -23,19 +25,31 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+pub mod cache;
+use cache::{Hit, Kind};
+
+/// Each opened root's own number, so that the workers' caches never give
+/// one root's file for another's (nor, after a reload, the old root's).
+static ROOTS: AtomicU64 = AtomicU64::new(0);
 
 /// Where files come from, and how strictly.
 pub struct DocRoot {
+    id: u64,
     dir: OwnedFd,
     path: PathBuf,
     resolve: ResolveFlags,
     autoindex: bool,
 }
 
-/// A regular file ready to send.
+/// A regular file ready to send (shared with the worker's cache).
 pub struct OpenFile {
-    pub file: File,
+    pub file: Arc<File>,
     pub size: u64,
+    /// The modification time the validators were made of.
+    mtime: (i64, i64),
     pub validators: Validators,
     /// The type of the file as named (a sibling keeps the original's).
     pub content_type: &'static str,
@@ -124,6 +138,7 @@ impl DocRoot {
             ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS
         };
         let root = DocRoot {
+            id: ROOTS.fetch_add(1, Relaxed),
             dir,
             path,
             resolve,
@@ -199,6 +214,18 @@ impl DocRoot {
     /// open (a missing one, a directory, or a symlink the root's rules
     /// refuse all mean the file itself is sent).
     fn sibling(&self, name: &Path, enc: Encoding) -> Option<OpenFile> {
+        let key = name.as_os_str().as_encoded_bytes();
+        match cache::get(self.id, Kind::Sibling, key) {
+            Hit::File(f) => return Some(f),
+            Hit::Absent => return None,
+            Hit::Miss => {}
+        }
+        let found = self.sibling_uncached(name, enc);
+        cache::put(self.id, Kind::Sibling, key, found.as_ref());
+        found
+    }
+
+    fn sibling_uncached(&self, name: &Path, enc: Encoding) -> Option<OpenFile> {
         let fd = self.open_at(name).ok()?;
         let st = rustix::fs::fstat(&fd).ok()?;
         if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
@@ -206,8 +233,9 @@ impl DocRoot {
         }
         let original = name.file_stem().map(Path::new).unwrap_or(name);
         Some(OpenFile {
-            file: File::from(fd),
+            file: Arc::new(File::from(fd)),
             size: st.st_size as u64,
+            mtime: (st.st_mtime, st.st_mtime_nsec as i64),
             validators: Validators::coded(
                 st.st_size as u64,
                 st.st_mtime,
@@ -237,6 +265,20 @@ impl DocRoot {
     }
 
     fn lookup_plain(&self, path: &NormPath) -> Result<Lookup, FileError> {
+        let kind = Kind::Path {
+            trailing_slash: path.trailing_slash,
+        };
+        if let Hit::File(f) = cache::get(self.id, kind, path.as_bytes()) {
+            return Ok(Lookup::File(f));
+        }
+        let found = self.lookup_uncached(path)?;
+        if let Lookup::File(f) = &found {
+            cache::put(self.id, kind, path.as_bytes(), Some(f));
+        }
+        Ok(found)
+    }
+
+    fn lookup_uncached(&self, path: &NormPath) -> Result<Lookup, FileError> {
         let rel = path.to_relative();
         let fd = self.open_at(rel)?;
         let st = rustix::fs::fstat(&fd)?;
@@ -280,8 +322,9 @@ impl DocRoot {
 
 fn regular(fd: OwnedFd, st: &rustix::fs::Stat, name: &Path) -> OpenFile {
     OpenFile {
-        file: File::from(fd),
+        file: Arc::new(File::from(fd)),
         size: st.st_size as u64,
+        mtime: (st.st_mtime, st.st_mtime_nsec as i64),
         validators: Validators::new(st.st_size as u64, st.st_mtime, st.st_mtime_nsec as i64),
         content_type: content_type(name),
         encoding: None,
@@ -592,6 +635,115 @@ mod tests {
         };
         assert_eq!(h.matches("<a href=\"/many/f").count(), LISTING_ENTRIES);
         assert!(h.contains("(more entries not listed)"));
+    }
+
+    fn file(found: Result<Lookup, FileError>) -> OpenFile {
+        match found {
+            Ok(Lookup::File(f)) => f,
+            Ok(_) => panic!("not a file"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn kept_files_follow_writes_renames_and_deletes() {
+        use std::time::Duration;
+        cache::install_for_test(100, Duration::from_secs(3600));
+        let (root, _o) = setup();
+        let d = root.path();
+        let r = DocRoot::open(d, false, false).unwrap();
+        let first = file(look(&r, "/a.txt"));
+        let again = file(look(&r, "/a.txt"));
+        assert!(Arc::ptr_eq(&first.file, &again.file), "not kept");
+        assert_eq!(
+            again.validators.etag.as_str(),
+            first.validators.etag.as_str()
+        );
+        // Written in place: the same descriptor, the new size and validators.
+        std::fs::write(d.join("a.txt"), "hello, world").unwrap();
+        let written = file(look(&r, "/a.txt"));
+        assert!(Arc::ptr_eq(&first.file, &written.file));
+        assert_eq!(written.size, 12);
+        assert_ne!(
+            written.validators.etag.as_str(),
+            first.validators.etag.as_str()
+        );
+        // Replaced by a rename (how deploy tools write): seen at once.
+        std::fs::write(d.join("a.new"), "new!").unwrap();
+        std::fs::rename(d.join("a.new"), d.join("a.txt")).unwrap();
+        let renamed = file(look(&r, "/a.txt"));
+        assert!(!Arc::ptr_eq(&first.file, &renamed.file));
+        assert_eq!(renamed.size, 4);
+        // Deleted: gone at once, and its descriptor let go.
+        std::fs::remove_file(d.join("a.txt")).unwrap();
+        assert!(matches!(look(&r, "/a.txt"), Err(FileError::NotFound)));
+        // A directory's index is kept under the directory's path.
+        let index = file(look(&r, "/sub/"));
+        assert!(Arc::ptr_eq(&index.file, &file(look(&r, "/sub/")).file));
+        assert!(matches!(look(&r, "/sub").unwrap(), Lookup::Redirect(_)));
+        // Another root with the same names gets its own files.
+        let (other, _o2) = setup();
+        std::fs::write(other.path().join("sub/index.html"), "other root").unwrap();
+        let r2 = DocRoot::open(other.path(), false, false).unwrap();
+        assert_eq!(file(look(&r2, "/sub/")).size, 10);
+        assert_eq!(file(look(&r, "/sub/")).size, 3);
+        cache::install_for_test(0, Duration::ZERO);
+    }
+
+    #[test]
+    fn what_a_hit_cannot_see_waits_for_the_entry_to_expire() {
+        use crate::http::encoding::Encoding::Gzip;
+        use std::time::{Duration, Instant};
+        let valid = Duration::from_secs(3600);
+        cache::install_for_test(100, valid);
+        let (root, _o) = setup();
+        let d = root.path();
+        let r = DocRoot::open(d, false, false).unwrap();
+        // A symlink turned to another file that is still linked.
+        assert_eq!(file(look(&r, "/in")).size, 5);
+        std::os::unix::fs::symlink("sub/index.html", d.join("in.new")).unwrap();
+        std::fs::rename(d.join("in.new"), d.join("in")).unwrap();
+        assert_eq!(file(look(&r, "/in")).size, 5, "kept until it expires");
+        // A sibling that appears.
+        let coded = |r: &DocRoot| {
+            file(r.lookup_coded(&normalize("/a.txt").unwrap(), Some("gzip"), &[Gzip])).encoding
+        };
+        assert_eq!(coded(&r), None);
+        std::fs::write(d.join("a.txt.gz"), "gz").unwrap();
+        assert_eq!(coded(&r), None, "kept until it expires");
+        // Both are looked up again once the entries expire.
+        cache::install_for_test(100, valid);
+        assert_eq!(file(look(&r, "/in")).size, 3);
+        assert_eq!(coded(&r), Some(Gzip));
+        // Expiry itself, and the bound on entries.
+        let mut c = cache::Cache::new(2, valid);
+        let now = Instant::now();
+        let f = file(look(&r, "/a.txt"));
+        c.put(
+            r.id,
+            Kind::Path {
+                trailing_slash: false,
+            },
+            b"a.txt",
+            Some(&f),
+            now,
+        );
+        let kind = Kind::Path {
+            trailing_slash: false,
+        };
+        assert!(matches!(c.get(r.id, kind, b"a.txt", now), Hit::File(_)));
+        assert!(matches!(
+            c.get(r.id, kind, b"a.txt", now + valid),
+            Hit::Miss
+        ));
+        assert_eq!(c.len(), 0, "an expired entry is let go");
+        for name in [&b"x"[..], b"y", b"z"] {
+            c.put(r.id, kind, name, Some(&f), now);
+        }
+        assert_eq!(c.len(), 2);
+        c.put(r.id, kind, b"z", Some(&f), now + valid);
+        assert_eq!(c.len(), 1, "a full cache sweeps before it takes an entry");
+        cache::install_for_test(0, Duration::ZERO);
     }
 
     #[test]

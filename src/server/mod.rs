@@ -16,6 +16,7 @@ mod worker;
 
 pub use handover::UpgradeError;
 
+use crate::config::settings::OpenFileCache;
 use crate::config::{secs, ConfigError, KtlsMode, ProxyVersion, Settings, Timeouts};
 use crate::ktls::stream::KtlsStream;
 use crate::ktls::{Support, Version};
@@ -365,10 +366,19 @@ pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError>
     let sites = Sites::build(&settings, &shared, &mut |l| println!("{l}"))?;
     let ktls = ktls_support(settings.ktls)?;
     let workers = settings.workers;
+    let fds = raise_fd_limit();
+    if let Err(e) = &fds {
+        println!("warning: {e}");
+    }
+    let fds = fds.ok().flatten();
+    let cache = open_file_cache(&settings.open_file_cache, workers, fds);
+    crate::files::cache::configure(cache, secs(settings.open_file_cache.valid));
     let max_connections = connection_limit(
         settings.limits.connections,
         workers,
         sites.fds_per_connection(),
+        FD_RESERVE + (cache as u64).saturating_mul(workers as u64),
+        fds,
     );
     // Wait for the ClientHello in the kernel as long as the handshake may take.
     let defer = settings.timeouts.handshake.ceil() as u32;
@@ -555,6 +565,10 @@ fn reload_sites(
                     new.limits.connections != started.limits.connections,
                 ),
                 (
+                    "open_file_cache/open_file_cache_valid",
+                    new.open_file_cache != started.open_file_cache,
+                ),
+                (
                     "[timeouts] handshake/shutdown",
                     new.timeouts.handshake != started.timeouts.handshake
                         || new.timeouts.shutdown != started.timeouts.shutdown,
@@ -590,26 +604,48 @@ fn reload_sites(
 const FD_RESERVE: u64 = 64;
 
 /// Open connections per worker: the limit as set, or else as many as the
-/// open-file limit allows (at most [`DEFAULT_CONNECTIONS`]). Raises the soft
-/// open-file limit to the hard one first, as Go's runtime and HAProxy do:
-/// the usual soft default of 1024 would make accept() fail with EMFILE long
-/// before the connection limits are reached. Says on stdout what it chose
-/// when that is not the plain default; warns only when a limit that was
-/// set cannot be reached.
-fn connection_limit(requested: Option<usize>, workers: usize, per_connection: u64) -> usize {
-    let fds = raise_fd_limit();
-    if let Err(e) = &fds {
-        println!("warning: {e}");
-    }
-    let (limit, note) = fit_connections(requested, workers, per_connection, fds.ok().flatten());
+/// open-file limit `fds` allows beside the `reserve` (at most
+/// [`DEFAULT_CONNECTIONS`]). Says on stdout what it chose when that is not
+/// the plain default; warns only when a limit that was set cannot be
+/// reached.
+fn connection_limit(
+    requested: Option<usize>,
+    workers: usize,
+    per_connection: u64,
+    reserve: u64,
+    fds: Option<u64>,
+) -> usize {
+    let (limit, note) = fit_connections(requested, workers, per_connection, reserve, fds);
     if let Some(note) = note {
         println!("{note}");
     }
     limit
 }
 
-/// Raise the soft open-file limit to the hard one; the limit now in force
-/// (`None`: unlimited).
+/// Files each worker keeps open: as set, or the default, lowered so that
+/// the caches take at most an eighth of the open-file limit (saying so).
+fn open_file_cache(set: &OpenFileCache, workers: usize, fds: Option<u64>) -> usize {
+    if let Some(n) = set.entries {
+        return n;
+    }
+    let default = crate::files::cache::DEFAULT_ENTRIES;
+    let fit = fds.map_or(default, |have| {
+        (have / 8 / workers.max(1) as u64).min(default as u64) as usize
+    });
+    if fit < default {
+        println!(
+            "open_file_cache: {fit} files per worker, as the open-file limit ({}) allows; \
+             raise it (ulimit -Hn, systemd LimitNOFILE=) for more",
+            fds.unwrap_or_default()
+        );
+    }
+    fit
+}
+
+/// Raise the soft open-file limit to the hard one, as Go's runtime and
+/// HAProxy do (the usual soft default of 1024 would make accept() fail with
+/// EMFILE long before the connection limits are reached); the limit now
+/// in force (`None`: unlimited).
 fn raise_fd_limit() -> Result<Option<u64>, String> {
     use rustix::process::{getrlimit, setrlimit, Resource};
     let mut lim = getrlimit(Resource::Nofile);
@@ -633,16 +669,17 @@ fn fit_connections(
     requested: Option<usize>,
     workers: usize,
     per_connection: u64,
+    reserve: u64,
     fds: Option<u64>,
 ) -> (usize, Option<String>) {
     let per_worker = (workers.max(1) as u64).saturating_mul(per_connection);
-    let fitting = fds.map(|have| (have.saturating_sub(FD_RESERVE) / per_worker) as usize);
+    let fitting = fds.map(|have| (have.saturating_sub(reserve) / per_worker) as usize);
     match (requested, fitting) {
         (Some(n), Some(fit)) if n > fit => {
             let have = fds.unwrap_or_default();
             let needed = (n as u64)
                 .saturating_mul(per_worker)
-                .saturating_add(FD_RESERVE);
+                .saturating_add(reserve);
             let warning = format!(
                 "warning: the open-file limit is {have}, but the connection limits need up to \
                  {needed} descriptors: beyond about {} connections accept() will fail (EMFILE). \
@@ -768,16 +805,16 @@ mod tests {
     fn the_default_connection_limit_fits_the_open_file_limit() {
         // Plenty of descriptors: the default, nothing said.
         assert_eq!(
-            fit_connections(None, 2, 2, Some(1 << 20)),
+            fit_connections(None, 2, 2, FD_RESERVE, Some(1 << 20)),
             (DEFAULT_CONNECTIONS, None)
         );
         assert_eq!(
-            fit_connections(None, 2, 2, None),
+            fit_connections(None, 2, 2, FD_RESERVE, None),
             (DEFAULT_CONNECTIONS, None)
         );
         // A stock hard limit below what the default needs: fitted, and said
         // as information (no "warning").
-        let (n, note) = fit_connections(None, 2, 2, Some(20_000));
+        let (n, note) = fit_connections(None, 2, 2, FD_RESERVE, Some(20_000));
         assert_eq!(n, (20_000 - 64) / 4);
         let note = note.unwrap();
         assert!(
@@ -785,10 +822,13 @@ mod tests {
             "{note}"
         );
         // Never zero.
-        assert_eq!(fit_connections(None, 4, 2, Some(10)).0, 1);
+        assert_eq!(fit_connections(None, 4, 2, FD_RESERVE, Some(10)).0, 1);
         // A limit that was set is kept; a warning only when it cannot be met.
-        assert_eq!(fit_connections(Some(480), 1, 2, Some(1024)), (480, None));
-        let (n, warning) = fit_connections(Some(5000), 1, 2, Some(1024));
+        assert_eq!(
+            fit_connections(Some(480), 1, 2, FD_RESERVE, Some(1024)),
+            (480, None)
+        );
+        let (n, warning) = fit_connections(Some(5000), 1, 2, FD_RESERVE, Some(1024));
         assert_eq!(n, 5000);
         assert!(warning
             .unwrap()

@@ -48,6 +48,9 @@ pub(super) fn worker(
             .ok();
         let active = Arc::new(AtomicUsize::new(0));
         tokio::spawn(crate::accesslog::flush_every());
+        if crate::files::cache::enabled() {
+            tokio::spawn(crate::files::cache::sweep_every());
+        }
         for l in listeners {
             match TcpListener::from_std(l) {
                 Ok(l) => {
