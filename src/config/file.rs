@@ -157,6 +157,10 @@ pub struct FileConfig {
     pub admin: Option<Spanned<String>>,
     pub workers: Option<usize>,
     pub ktls: Option<KtlsMode>,
+    /// Tell the kernel TLS 1.3 clients do not pad their records (default
+    /// true): it decrypts into the reader's buffer, and decrypts again if
+    /// a client does pad.
+    pub ktls_expect_no_pad: Option<bool>,
     /// Run as this user once the keys are read and the ports bound.
     pub user: Option<String>,
     /// ... and this group (default: the user's own).

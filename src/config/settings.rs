@@ -26,6 +26,7 @@ pub struct Settings {
     pub admin: Option<SocketAddr>,
     pub workers: usize,
     pub ktls: KtlsMode,
+    pub ktls_expect_no_pad: bool,
     pub run_as: Option<RunAs>,
     /// Trusted sources of a PROXY header before TLS; `None`: no header read.
     pub accept_proxy: Option<Vec<IpNet>>,
@@ -345,6 +346,7 @@ pub fn resolve(
         admin,
         workers,
         ktls: file.ktls.unwrap_or_default(),
+        ktls_expect_no_pad: file.ktls_expect_no_pad.unwrap_or(true),
         run_as,
         accept_proxy,
         unknown_names,

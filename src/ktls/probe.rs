@@ -24,6 +24,9 @@ pub struct Support {
     pub rekey: bool,
     /// kTLS was switched off by configuration (`--ktls off`).
     pub disabled: bool,
+    /// Tell the kernel to expect unpadded TLS 1.3 records
+    /// (`ktls_expect_no_pad`, set from the settings, not probed).
+    pub expect_no_pad: bool,
 }
 
 const ULP_FIX: &str =
@@ -41,6 +44,7 @@ impl Support {
             ulp: Ok(()),
             cells: BTreeMap::new(),
             rekey: false,
+            expect_no_pad: true,
             disabled: false,
         };
         for v in Version::ALL {
@@ -86,6 +90,7 @@ impl Support {
             ulp: Err(String::new()),
             cells: BTreeMap::new(),
             rekey: false,
+            expect_no_pad: true,
             disabled: false,
         }
     }

@@ -364,7 +364,8 @@ pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError>
     };
     let shared = TlsShared::new(TlsOptions::default(), tickets);
     let sites = Sites::build(&settings, &shared, &mut |l| println!("{l}"))?;
-    let ktls = ktls_support(settings.ktls)?;
+    let mut ktls = ktls_support(settings.ktls)?;
+    ktls.expect_no_pad = settings.ktls_expect_no_pad;
     let workers = settings.workers;
     let fds = raise_fd_limit();
     if let Err(e) = &fds {
@@ -559,6 +560,10 @@ fn reload_sites(
                 ("admin", new.admin != started.admin),
                 ("workers", new.workers != started.workers),
                 ("ktls", new.ktls != started.ktls),
+                (
+                    "ktls_expect_no_pad",
+                    new.ktls_expect_no_pad != started.ktls_expect_no_pad,
+                ),
                 ("user/group", new.run_as != started.run_as),
                 (
                     "[limits] connections",

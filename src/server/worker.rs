@@ -7,7 +7,7 @@
 use super::sites::{SiteJob, SiteRt, Sites};
 use super::{timer, ConnInfo, Front, Tls};
 use crate::config::secs;
-use crate::ktls::{crypto_info, stream::KtlsStream, Cipher, Direction, Version};
+use crate::ktls::{crypto_info, stream::KtlsStream, Cipher, Direction, Support, Version};
 use crate::metrics::Fallback;
 use crate::sys;
 use crate::tls::handshake::{handshake, HandshakeError, Handshaken};
@@ -353,7 +353,7 @@ fn data_path(
     };
 
     if ulp && offload && !buffered {
-        return match into_kernel(sock, hs, front.ktls.rekey, stall) {
+        return match into_kernel(sock, hs, &front.ktls, stall) {
             Ok(k) => {
                 info.metrics.connection(Path::Ktls);
                 info.path = Path::Ktls;
@@ -444,7 +444,7 @@ async fn plain_http_answer(sock: &mut TcpStream) {
 fn into_kernel(
     sock: TcpStream,
     hs: Handshaken,
-    rekey: bool,
+    ktls: &Support,
     stall: Duration,
 ) -> Result<KtlsStream, TransportError> {
     let (secrets, kconn) = hs.conn.dangerous_into_kernel_connection()?;
@@ -456,7 +456,7 @@ fn into_kernel(
     sys::set_crypto_info(sock.as_fd(), Direction::Tx, &tx)?;
     sys::set_crypto_info(sock.as_fd(), Direction::Rx, &rx)?;
     drop((tx, rx));
-    if version == Version::Tls13 {
+    if version == Version::Tls13 && ktls.expect_no_pad {
         // Without it the kernel cannot decrypt a TLS 1.3 record into our
         // buffer (it does not know where padding ends), so it decrypts each
         // into a page of its own and copies: for a request, a page cleared
@@ -465,9 +465,11 @@ fn into_kernel(
         // with its own encryption and the request limits bound; the kernel
         // counts them (`TlsRxNoPadViolation`). The proxy's splice reads
         // never bet. Kernels before 6.0 refuse the option: nothing lost.
+        // `ktls_expect_no_pad = false` is for a client population that
+        // pads.
         let _ = sys::set_rx_expect_no_pad(sock.as_fd());
     }
-    Ok(KtlsStream::new(sock, kconn, rekey, stall))
+    Ok(KtlsStream::new(sock, kconn, ktls.rekey, stall))
 }
 
 #[cfg(test)]

@@ -94,8 +94,8 @@ def echo_backend():
 
 
 class Server:
-    def __init__(self, binary, mode, kind, tmp):
-        self.mode, self.kind = mode, kind
+    def __init__(self, binary, mode, kind, tmp, config=None):
+        self.binary, self.mode, self.kind = binary, mode, kind
         self.cert, key = make_cert(tmp, kind)
         args = [binary, mode]
         if mode == "serve":
@@ -110,6 +110,11 @@ class Server:
                  "--workers", "1"]
         if KTLS:
             args += ["--ktls", "require"]
+        if config is not None:
+            path = os.path.join(tmp, "tlsfront.toml")
+            with open(path, "w") as f:
+                f.write(config)
+            args += ["--config", path]
         env = dict(os.environ, XDG_DATA_HOME=tmp)
         self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True, env=env)
@@ -418,13 +423,9 @@ def oversized(version):
     return case
 
 
-def padded_records(srv):
-    """TLS 1.3 records with padding (RFC 8446 5.4) are read like any other.
-    tlsfront tells the kernel to expect none (TLS_RX_EXPECT_NO_PAD), so it
-    can decrypt straight into the reader's buffer; a padded record makes it
-    decrypt again into its own, and the connection goes on."""
-    violations = tls_stat("TlsRxNoPadViolation")
-    offloaded = tls_stat("TlsRxSw")
+def padded_exchange(srv):
+    """Two requests (serve) or echoes (proxy) in TLS 1.3 records padded by
+    100 bytes each, answered in full."""
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=SAFETY)
     c = TLSConnection(s)
     hs = HandshakeSettings()
@@ -449,12 +450,34 @@ def padded_records(srv):
             assert got.startswith(want), f"want {want!r}, got {got[:60]!r}"
     finally:
         s.close()
+
+
+def padded_records(srv):
+    """TLS 1.3 records with padding (RFC 8446 5.4) are read like any other.
+    tlsfront tells the kernel to expect none (TLS_RX_EXPECT_NO_PAD), so it
+    can decrypt straight into the reader's buffer; a padded record makes it
+    decrypt again into its own, and the connection goes on. With
+    `ktls_expect_no_pad = false` the kernel is told nothing: no retry."""
+    violations = tls_stat("TlsRxNoPadViolation")
+    offloaded = tls_stat("TlsRxSw")
+    padded_exchange(srv)
     # The proxy reads by splice, which always decrypts into the kernel's
     # buffers: the bet is made, and lost, by the HTTP reads only.
     if KTLS and srv.mode == "serve":
         assert tls_stat("TlsRxSw") > offloaded, "the kernel did not take the connection"
         assert tls_stat("TlsRxNoPadViolation") > violations, \
             "the kernel decrypted padded records without a retry: was TLS_RX_EXPECT_NO_PAD set?"
+        with tempfile.TemporaryDirectory() as tmp:
+            off = Server(srv.binary, "serve", srv.kind, tmp, config="ktls_expect_no_pad = false\n")
+            try:
+                violations = tls_stat("TlsRxNoPadViolation")
+                offloaded = tls_stat("TlsRxSw")
+                padded_exchange(off)
+                assert tls_stat("TlsRxSw") > offloaded, "the kernel did not take the connection"
+                assert tls_stat("TlsRxNoPadViolation") == violations, \
+                    "ktls_expect_no_pad = false, yet the kernel bet on unpadded records"
+            finally:
+                off.stop()
 
 
 CASES = [
