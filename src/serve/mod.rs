@@ -91,25 +91,28 @@ impl StaticFiles {
         self.root.path()
     }
 
-    /// Serve one connection.
-    pub(crate) async fn serve(
-        &self,
-        front: &Front,
+    /// Serve one connection. (Not an `async fn`: its arguments would be
+    /// kept twice in the future, which every idle connection holds.)
+    pub(crate) fn serve<'a>(
+        &'a self,
+        front: &'a Front,
         tls: Tls,
         info: ConnInfo,
         stop: watch::Receiver<bool>,
-    ) {
-        let cx = Ctx {
-            files: self,
-            front,
-            headers: AtomicUsize::new(0),
-            site: &info.metrics,
-            info: &info,
-            sent: Sent::default(),
-        };
-        match tls {
-            Tls::Kernel(k) => session(k, &cx, stop).await,
-            Tls::User(u) => session(u, &cx, stop).await,
+    ) -> impl std::future::Future<Output = ()> + Send + 'a {
+        async move {
+            let cx = Ctx {
+                files: self,
+                front,
+                headers: AtomicUsize::new(0),
+                site: &info.metrics,
+                info: &info,
+                sent: Sent::default(),
+            };
+            match tls {
+                Tls::Kernel(k) => session(k, &cx, stop).await,
+                Tls::User(u) => session(u, &cx, stop).await,
+            }
         }
     }
 }

@@ -152,111 +152,119 @@ impl<F: Fn()> Drop for Slot<F> {
     }
 }
 
-async fn connection(
+/// One connection, from accept to close. (Not an `async fn`: its
+/// arguments would be kept twice in the future, which every idle
+/// connection holds.)
+fn connection<'a>(
     mut sock: TcpStream,
     peer: std::net::SocketAddr,
     bound: Option<std::net::SocketAddr>,
-    front: &Front,
+    front: &'a Front,
     stop: watch::Receiver<bool>,
-) {
-    let t = &front.timeouts;
-    let local = match bound {
-        Some(a) => a,
-        None => sock.local_addr().unwrap_or(peer),
-    };
-    // The sites as they are now: this connection keeps them to its end,
-    // whatever reloads happen meanwhile.
-    let sites = front.sites.load_full();
-    let Some((client, local)) = accepted(front, &sites, &mut sock, peer, local).await else {
-        return;
-    };
+) -> impl std::future::Future<Output = ()> + Send + 'a {
+    async move {
+        let t = &front.timeouts;
+        let local = match bound {
+            Some(a) => a,
+            None => sock.local_addr().unwrap_or(peer),
+        };
+        // The sites as they are now: this connection keeps them to its end,
+        // whatever reloads happen meanwhile.
+        let sites = front.sites.load_full();
+        let Some((client, local)) = accepted(front, &sites, &mut sock, peer, local).await else {
+            return;
+        };
 
-    // Attach the ULP before the handshake: it fails harmlessly, and it must
-    // be there before the peer can close its side.
-    let mut fallback = None;
-    let ulp = if front.ktls.disabled {
-        fallback = Some(Fallback::Disabled);
-        false
-    } else if !front.ktls.usable() {
-        fallback = Some(Fallback::NoKernelSupport);
-        false
-    } else if let Err(e) = sys::set_tls_ulp(sock.as_fd()) {
-        tracing::debug!("TCP_ULP tls failed: {e}");
-        fallback = Some(Fallback::UlpFailed);
-        false
-    } else {
-        true
-    };
+        // Attach the ULP before the handshake: it fails harmlessly, and it must
+        // be there before the peer can close its side.
+        let mut fallback = None;
+        let ulp = if front.ktls.disabled {
+            fallback = Some(Fallback::Disabled);
+            false
+        } else if !front.ktls.usable() {
+            fallback = Some(Fallback::NoKernelSupport);
+            false
+        } else if let Err(e) = sys::set_tls_ulp(sock.as_fd()) {
+            tracing::debug!("TCP_ULP tls failed: {e}");
+            fallback = Some(Fallback::UlpFailed);
+            false
+        } else {
+            true
+        };
 
-    // The handshake future is boxed, so the task keeps no room for it once
-    // the handshake is over; `hs` and everything made from it live only in
-    // this block, for the same reason: across the service's await the task
-    // holds the boxed transport alone (its size is what every idle
-    // connection costs).
-    let (tls, info, site) = {
-        let mut chosen = None;
-        let choose = |hello: &crate::tls::Hello| {
-            // An ACME CA validating a name we are getting a certificate
-            // for: its challenge answer, then the connection ends.
-            if hello.acme_challenge
-                && hello
-                    .sni
-                    .as_deref()
-                    .is_some_and(|n| front.challenges.get(n).is_some())
-            {
-                return Ok(front.challenge_config.clone());
-            }
-            let site = sites.choose(hello.sni.as_deref())?;
-            let config = site.tls.for_hello(hello);
-            chosen = Some(site.clone());
-            Ok(config)
-        };
-        // The failures are handled inside the box too: held across the
-        // await of a plain-HTTP answer, the handshake's result would take
-        // its room in every connection's task.
-        let hs = Box::pin(async {
-            match timer::timeout(secs(t.handshake), handshake(&mut sock, choose, ulp)).await {
-                Ok(Ok(hs)) => Some(hs),
-                Ok(Err(e)) => {
-                    front.metrics.handshake_failed(match &e {
-                        HandshakeError::Eof => "eof",
-                        HandshakeError::Transport(t) => t.kind(),
-                        _ => e.label().unwrap_or("other"),
-                    });
-                    if let Some(label) = e.label() {
-                        front.metrics.error(label);
-                    }
-                    tracing::debug!("handshake failed: {e}");
-                    if sites.answers_plain_http && matches!(e, HandshakeError::NotTls) {
-                        let answer = plain_http_answer(&mut sock);
-                        let _ = timer::timeout(secs(t.handshake), answer).await;
-                    }
-                    None
+        // The handshake future is boxed, so the task keeps no room for it once
+        // the handshake is over; `hs` and everything made from it live only in
+        // this block, for the same reason: across the service's await the task
+        // holds the boxed transport alone (its size is what every idle
+        // connection costs).
+        let (tls, info, site) = {
+            let mut chosen = None;
+            let choose = |hello: &crate::tls::Hello| {
+                // An ACME CA validating a name we are getting a certificate
+                // for: its challenge answer, then the connection ends.
+                if hello.acme_challenge
+                    && hello
+                        .sni
+                        .as_deref()
+                        .is_some_and(|n| front.challenges.get(n).is_some())
+                {
+                    return Ok(front.challenge_config.clone());
                 }
-                Err(_) => {
-                    front.metrics.handshake_failed("timeout");
-                    front.metrics.error("handshake_timeout");
-                    None
+                let site = sites.choose(hello.sni.as_deref())?;
+                let config = site.tls.for_hello(hello);
+                chosen = Some(site.clone());
+                Ok(config)
+            };
+            // The failures are handled inside the box too: held across the
+            // await of a plain-HTTP answer, the handshake's result would take
+            // its room in every connection's task.
+            let hs = Box::pin(async {
+                match timer::timeout(secs(t.handshake), handshake(&mut sock, choose, ulp)).await {
+                    Ok(Ok(hs)) => Some(hs),
+                    Ok(Err(e)) => {
+                        front.metrics.handshake_failed(match &e {
+                            HandshakeError::Eof => "eof",
+                            HandshakeError::Transport(t) => t.kind(),
+                            _ => e.label().unwrap_or("other"),
+                        });
+                        if let Some(label) = e.label() {
+                            front.metrics.error(label);
+                        }
+                        tracing::debug!("handshake failed: {e}");
+                        if sites.answers_plain_http && matches!(e, HandshakeError::NotTls) {
+                            let answer = plain_http_answer(&mut sock);
+                            let _ = timer::timeout(secs(t.handshake), answer).await;
+                        }
+                        None
+                    }
+                    Err(_) => {
+                        front.metrics.handshake_failed("timeout");
+                        front.metrics.error("handshake_timeout");
+                        None
+                    }
                 }
-            }
-        })
-        .await;
-        let Some(hs) = hs else {
-            return;
+            })
+            .await;
+            let Some(hs) = hs else {
+                return;
+            };
+            let Some(site) = chosen else {
+                return;
+            };
+            let Some((tls, info)) = data_path(front, sock, hs, ulp, fallback, client, local, &site)
+            else {
+                return;
+            };
+            (tls, info, site)
         };
-        let Some(site) = chosen else {
-            return;
-        };
-        let Some((tls, info)) = data_path(front, sock, hs, ulp, fallback, client, local, &site)
-        else {
-            return;
-        };
-        (tls, info, site)
-    };
-    drop(sites);
-    match &site.job {
-        SiteJob::Files(files) => files.serve(front, tls, info, stop).await,
-        SiteJob::Proxy(proxy) => proxy.serve(front, tls, info, stop).await,
+        drop(sites);
+        match &site.job {
+            SiteJob::Files(files) => files.serve(front, tls, info, stop).await,
+            // Boxed: a task keeps room for the largest of its states, and the
+            // relay's is larger than a file session's; an idle file
+            // connection should not carry it.
+            SiteJob::Proxy(proxy) => Box::pin(proxy.serve(front, tls, info, stop)).await,
+        }
     }
 }
 
