@@ -93,6 +93,7 @@ impl StaticFiles {
 
     /// Serve one connection. (Not an `async fn`: its arguments would be
     /// kept twice in the future, which every idle connection holds.)
+    #[allow(clippy::manual_async_fn)]
     pub(crate) fn serve<'a>(
         &'a self,
         front: &'a Front,

@@ -155,6 +155,7 @@ impl<F: Fn()> Drop for Slot<F> {
 /// One connection, from accept to close. (Not an `async fn`: its
 /// arguments would be kept twice in the future, which every idle
 /// connection holds.)
+#[allow(clippy::manual_async_fn)]
 fn connection<'a>(
     mut sock: TcpStream,
     peer: std::net::SocketAddr,
