@@ -563,6 +563,22 @@ def keepalive_requests(s, n):
     return {"requests": n}
 
 
+def rss_parts(pids):
+    """RssAnon, RssFile and RssShmem summed over pids, KiB: which kind of
+    page a growth is made of (code paged in counts in VmRSS too)."""
+    out = {}
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    k = line.split(":")[0]
+                    if k in ("RssAnon", "RssFile", "RssShmem"):
+                        out[k] = out.get(k, 0) + int(line.split()[1])
+        except OSError:
+            continue
+    return out
+
+
 def idle_rss(srv, n):
     """n connections, each resumed, one GET /1k answered, then left open:
     the server's RSS growth.  (Resumption only saves the client's time;
@@ -573,6 +589,7 @@ def idle_rss(srv, n):
     session = first.session
     settle()
     before = S.rss_kib(srv.pids())
+    parts0 = rss_parts(srv.pids())
     t0 = tls_stat()
     socks = []
     try:
@@ -584,6 +601,7 @@ def idle_rss(srv, n):
             socks.append(s)
         time.sleep(1.0)
         after = S.rss_kib(srv.pids())
+        parts1 = rss_parts(srv.pids())
         t1 = tls_stat()
     finally:
         for s in socks:
@@ -592,6 +610,7 @@ def idle_rss(srv, n):
     settle()
     return {"connections": n, "rss_before_kib": before, "rss_after_kib": after,
             "kib_per_conn": (after - before) / n,
+            "parts_kib_per_conn": {k: (parts1.get(k, 0) - parts0.get(k, 0)) / n for k in parts1},
             "tls_curr_tx": t1.get("TlsCurrTxSw", 0) - t0.get("TlsCurrTxSw", 0),
             "tls_curr_rx": t1.get("TlsCurrRxSw", 0) - t0.get("TlsCurrRxSw", 0)}
 
