@@ -586,6 +586,25 @@ fn lookup(cx: &Ctx<'_>, req: &RequestHead, norm: &path::NormPath) -> Result<Look
     }
 }
 
+/// Bodies up to this size are read into the head's buffer and written with
+/// it; larger ones go out with the transport's `send_file`. Where the two
+/// cost the same: the write saves the splice's fixed cost but copies the
+/// body twice (into our buffer, then into the record), and in the kTLS
+/// guest's instruction counts that breaks even near 2 KiB on both kernels
+/// (docs/BENCHMARKS.md).
+const SMALL_BODY: u64 = 2048;
+
+/// Warn (rate-limited) that the file being sent shrank; the error.
+fn shrank(cx: &Ctx<'_>, norm: &path::NormPath) -> TransportError {
+    if let Some(left_out) = cx.files.log.allow("file_shrank") {
+        tracing::warn!(
+            "{} shrank while being sent; the response was cut short{left_out}",
+            cx.files.root.path().join(norm.to_relative()).display()
+        );
+    }
+    TransportError::FileShrank
+}
+
 async fn send_file<T: Transport>(
     t: &mut T,
     cx: &Ctx<'_>,
@@ -650,17 +669,42 @@ async fn send_file<T: Transport>(
     h.finish(Some(len));
     cx.sent.set((status, 0));
     let body = reply.with_body() && len > 0;
+    if body && len <= SMALL_BODY {
+        // A small body goes out with the head, in one write: the kernel
+        // encrypts it from our buffer instead of splicing the file's pages
+        // into the record after a write of the head alone.
+        let head = out.len();
+        out.resize(head + len as usize, 0);
+        let mut got = 0;
+        while got < len as usize {
+            match std::os::unix::fs::FileExt::read_at(
+                &*f.file,
+                &mut out[head + got..],
+                start + got as u64,
+            ) {
+                Ok(0) => {
+                    out.truncate(head);
+                    return Err(shrank(cx, norm));
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    out.truncate(head);
+                    return Err(TransportError::Io(e));
+                }
+            }
+        }
+        t.write_all(out, false).await?;
+        cx.site.bytes(t.path(), out.len() as u64);
+        cx.sent.set((status, len));
+        return Ok(());
+    }
     cx.site.bytes(t.path(), out.len() as u64);
     t.write_all(out, body).await?;
     if body {
         if let Err(e) = t.send_file(&f.file, start, len).await {
             if matches!(e, TransportError::FileShrank) {
-                if let Some(left_out) = cx.files.log.allow("file_shrank") {
-                    tracing::warn!(
-                        "{} shrank while being sent; the response was cut short{left_out}",
-                        cx.files.root.path().join(norm.to_relative()).display()
-                    );
-                }
+                return Err(shrank(cx, norm));
             }
             return Err(e);
         }

@@ -16,8 +16,10 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tlsfront");
 
-/// File sizes every body test covers (record boundaries around 16 KiB).
-pub const SIZES: [usize; 7] = [0, 1, 16383, 16384, 16385, 1 << 20, 64 << 20];
+/// File sizes every body test covers: record boundaries around 16 KiB, and
+/// either side of the largest body written with its head (2048) rather
+/// than sent from the file.
+pub const SIZES: [usize; 9] = [0, 1, 2048, 2049, 16383, 16384, 16385, 1 << 20, 64 << 20];
 
 /// Deterministic pseudo-random bytes.
 pub fn content(size: usize, seed: u64) -> Vec<u8> {
