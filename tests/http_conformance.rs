@@ -78,8 +78,8 @@ fn errors_that_end_the_connection_end_it() {
     server.stop_and_check_path(conns);
 }
 
-/// A server error (500: here the server has no descriptor left to open the
-/// file with) ends the connection too.
+/// A server error (500: here the server has no descriptor left to open a
+/// file it has not kept open) ends the connection too.
 #[test]
 fn a_server_error_ends_the_connection() {
     let server = Server::start(&["--workers", "1"]);
@@ -107,13 +107,13 @@ fn a_server_error_ends_the_connection() {
     rustix::process::prlimit(Some(pid), rustix::process::Resource::Nofile, new)
         .expect("prlimit on the server");
     for method in ["GET", "HEAD"] {
-        let request = format!("{method} /hello.txt HTTP/1.1\r\nHost: x\r\n\r\n");
+        let request = format!("{method} /noindex/a.txt HTTP/1.1\r\nHost: x\r\n\r\n");
         let r = only_response(&server, &request, method == "HEAD");
         assert_eq!(r.status, 500, "{r:?}");
         assert!(r.closes(), "{r:?}");
     }
     let log = server.log();
-    assert!(log.contains("cannot open \"/hello.txt\""), "{log}");
+    assert!(log.contains("cannot open \"/noindex/a.txt\""), "{log}");
     server.stop_and_check_path(3);
 }
 
