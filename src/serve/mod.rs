@@ -675,24 +675,13 @@ async fn send_file<T: Transport>(
         // into the record after a write of the head alone.
         let head = out.len();
         out.resize(head + len as usize, 0);
-        let mut got = 0;
-        while got < len as usize {
-            match std::os::unix::fs::FileExt::read_at(
-                &*f.file,
-                &mut out[head + got..],
-                start + got as u64,
-            ) {
-                Ok(0) => {
-                    out.truncate(head);
-                    return Err(shrank(cx, norm));
-                }
-                Ok(n) => got += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    out.truncate(head);
-                    return Err(TransportError::Io(e));
-                }
-            }
+        let read = std::os::unix::fs::FileExt::read_exact_at(&*f.file, &mut out[head..], start);
+        if let Err(e) = read {
+            out.truncate(head);
+            return Err(match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => shrank(cx, norm),
+                _ => TransportError::Io(e),
+            });
         }
         t.write_all(out, false).await?;
         cx.site.bytes(t.path(), out.len() as u64);
