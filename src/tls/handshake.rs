@@ -1,9 +1,11 @@
 //! The TLS handshake, driven with rustls' unbuffered API.
 //!
-//! Records are read one at a time (5-byte header, then exactly its body), so
-//! when the handshake completes no byte of the client's first request sits
-//! in our buffer: it is still in the socket, where the kernel will decrypt it
-//! once `TLS_RX` is set. Everything rustls wants to send (the server's
+//! Once the server has answered the ClientHello, records are read one at a
+//! time (5-byte header, then exactly its body), so when the handshake
+//! completes no byte of the client's first request sits in our buffer: it is
+//! still in the socket, where the kernel will decrypt it once `TLS_RX` is
+//! set. (The ClientHello itself is read with whatever follows it: nothing
+//! the client sends before the server's answer can be application data.) Everything rustls wants to send (the server's
 //! flight, TLS 1.3 session tickets) is written out before we return when a
 //! kernel handoff is planned, because it requires an empty send queue. On
 //! the user-space path the tickets are handed on unsent instead, so that they
@@ -107,11 +109,17 @@ pub async fn handshake(
     // connection that goes idle after its handshake keeps little memory.
     let mut incoming = vec![0u8; 2048];
     let mut reads = 0;
-    let mut used = read_more(sock, &mut incoming, 0, record_by_record, &mut reads).await?;
-    // The whole ClientHello first, for the checks below: it may span
-    // records (read one by one, so still nothing past the handshake).
+    // The whole ClientHello first, for the checks below; it may span
+    // records. Read as it comes even before a handoff: until the server
+    // answers, a client can send nothing that kTLS must decrypt (a
+    // Finished needs the server's flight first), only the ClientHello and
+    // what may follow it unanswered (a ChangeCipherSpec, rejected early
+    // data), which rustls takes. A read shorter than the buffer also tells
+    // tokio the socket is drained, so the first read after the server's
+    // flight waits for the client instead of finding nothing (EAGAIN).
+    let mut used = read_more(sock, &mut incoming, 0, false, &mut reads).await?;
     while hello::gather(&incoming[..used]) == Gathered::Partial {
-        used += read_more(sock, &mut incoming, used, record_by_record, &mut reads).await?;
+        used += read_more(sock, &mut incoming, used, false, &mut reads).await?;
     }
     // The ClientHello picks the configuration; rustls checks it properly,
     // except for what `hello` refuses.
@@ -296,7 +304,9 @@ async fn read_some(
 }
 
 /// Read until `buf[..used]` ends with one more complete record, never past
-/// it, growing `buf` to fit that record.
+/// it, growing `buf` to fit that record. A ChangeCipherSpec is never a
+/// client's last record before application data (a Finished follows it in
+/// TLS 1.2 and 1.3), so its body is read with the next record's header.
 async fn read_one_record(
     sock: &mut TcpStream,
     buf: &mut Vec<u8>,
@@ -321,11 +331,16 @@ async fn read_one_record(
             if 5 + len > MAX_RECORD {
                 return Err(TransportError::Protocol("oversized record").into());
             }
-            start + 5 + len
+            let end = start + 5 + len;
+            if have >= end {
+                return Ok(have - used);
+            }
+            if buf[start] == u8::from(ContentType::ChangeCipherSpec) {
+                end + 5
+            } else {
+                end
+            }
         };
-        if have >= want && have - start >= 5 {
-            return Ok(have - used);
-        }
         if want > 4 * MAX_RECORD {
             return Err(TransportError::Protocol("handshake larger than the record buffer").into());
         }
