@@ -5,11 +5,12 @@
 //! A worker appends lines to its own buffer (a thread-local: each worker
 //! is one thread with a current-thread runtime, so nothing is shared or
 //! locked per request) and writes a buffer with one `write()` once it
-//! passes [`FLUSH_AT`], every [`FLUSH_EVERY`] (a task per worker), and when
-//! the worker stops. Only whole lines are ever written, and a file is open
-//! with `O_APPEND`, so workers writing the same file never interleave
-//! within a line.
+//! passes [`FLUSH_AT`], [`FLUSH_EVERY`] after its first line (a task per
+//! worker), and when the worker stops. Only whole lines are ever written,
+//! and a file is open with `O_APPEND`, so workers writing the same file
+//! never interleave within a line.
 
+use crate::server::timer::timeout;
 use arc_swap::ArcSwap;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -19,6 +20,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// A buffer this full is written at once (nginx's `buffer=64k`).
 pub const FLUSH_AT: usize = 64 * 1024;
@@ -189,10 +191,13 @@ pub fn reopen_all() -> (usize, usize) {
 #[derive(Default)]
 struct Pending {
     bufs: Vec<(Arc<Sink>, Vec<u8>)>,
+    /// A line came since the last flush, and the flushing task was told.
+    armed: bool,
 }
 
 impl Pending {
     fn flush(&mut self) {
+        self.armed = false;
         for (sink, buf) in &mut self.bufs {
             if !buf.is_empty() {
                 sink.write(buf);
@@ -215,6 +220,8 @@ impl Drop for Pending {
 
 thread_local! {
     static PENDING: RefCell<Pending> = RefCell::new(Pending::default());
+    /// Told when a line is buffered after a flush (see [`flush_every`]).
+    static BUFFERED: Arc<Notify> = Arc::new(Notify::new());
 }
 
 /// Append one line (`line` writes it, newline included) to this thread's
@@ -230,6 +237,10 @@ pub fn write(sink: &Arc<Sink>, line: impl FnOnce(&mut Vec<u8>)) {
                 p.bufs.len() - 1
             }
         };
+        if !p.armed {
+            p.armed = true;
+            let _ = BUFFERED.try_with(|b| b.notify_one());
+        }
         let (sink, buf) = &mut p.bufs[i];
         line(buf);
         if buf.len() >= FLUSH_AT {
@@ -244,13 +255,17 @@ pub fn flush() {
     let _ = PENDING.try_with(|p| p.borrow_mut().flush());
 }
 
-/// A worker's flushing task: every [`FLUSH_EVERY`], write what its
-/// buffer holds. Runs on the worker's own runtime, so on its thread.
+/// A worker's flushing task: [`FLUSH_EVERY`] after a line is buffered,
+/// write what its buffer holds. Runs on the worker's own runtime, so on its
+/// thread. The wait is the worker's coarse timer (a tick late at most),
+/// armed only while lines wait: a pending tokio timer would put a timeout
+/// (and clock reads) on every `epoll_wait` of the worker, logging or not
+/// (see `server::timer`).
 pub async fn flush_every() {
-    let mut tick = tokio::time::interval(FLUSH_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let buffered = BUFFERED.with(Arc::clone);
     loop {
-        tick.tick().await;
+        buffered.notified().await;
+        let _ = timeout(FLUSH_EVERY, std::future::pending::<()>()).await;
         flush();
     }
 }

@@ -23,12 +23,14 @@
 use super::OpenFile;
 use crate::http::conditional::Validators;
 use crate::http::encoding::Encoding;
+use crate::server::timer::timeout;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 /// Entries per worker when `open_file_cache` is not set.
 pub const DEFAULT_ENTRIES: usize = 1000;
@@ -116,12 +118,26 @@ pub fn sweep() {
     with(|c| c.sweep(Instant::now()));
 }
 
-/// Sweep this worker's cache every second, for as long as the worker runs.
+/// How often a worker's cache is swept while it holds anything.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+thread_local! {
+    /// Told when this worker's cache takes its first entry.
+    static FILLED: Arc<Notify> = Arc::new(Notify::new());
+}
+
+/// Sweep this worker's cache every second while it holds entries; while it
+/// is empty, wait for one. The wait is the worker's coarse timer, not a
+/// tokio timer: a pending tokio timer would put a timeout (and a clock
+/// read) on every `epoll_wait` of the worker (see `server::timer`), and a
+/// worker with nothing kept open has no timer at all.
 pub async fn sweep_every() {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let filled = FILLED.with(Arc::clone);
     loop {
-        tick.tick().await;
+        if with(|c| c.map.is_empty()).unwrap_or(true) {
+            filled.notified().await;
+        }
+        let _ = timeout(SWEEP_EVERY, std::future::pending::<()>()).await;
         sweep();
     }
 }
@@ -244,6 +260,9 @@ impl Cache {
                 encoding: f.encoding,
             }),
         };
+        if self.map.is_empty() {
+            FILLED.with(|f| f.notify_one());
+        }
         let key: Box<[u8]> = self.key(root, kind, name).into();
         self.map.insert(
             key,

@@ -323,6 +323,22 @@ enum Clock {
     Tokio(Pin<Box<tokio::time::Sleep>>),
 }
 
+impl Clock {
+    fn until(deadline: Instant) -> Clock {
+        match Timers::current() {
+            Some(t) => Clock::Worker(t.sleep_until(deadline)),
+            None => Clock::Tokio(Box::pin(tokio::time::sleep_until(deadline))),
+        }
+    }
+
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        match self {
+            Clock::Worker(s) => Pin::new(s).poll(cx),
+            Clock::Tokio(s) => s.as_mut().poll(cx),
+        }
+    }
+}
+
 impl<F: Future> Future for Timeout<F> {
     type Output = Result<F::Output, Elapsed>;
 
@@ -331,22 +347,24 @@ impl<F: Future> Future for Timeout<F> {
         if let Poll::Ready(v) = this.f.poll(cx) {
             return Poll::Ready(Ok(v));
         }
-        let due = match this.clock {
-            Clock::Worker(s) => Pin::new(s).poll(cx),
-            Clock::Tokio(s) => s.as_mut().poll(cx),
-        };
-        due.map(|()| Err(Elapsed))
+        this.clock.poll(cx).map(|()| Err(Elapsed))
     }
 }
 
 /// Run `f` until `deadline`: on a worker with the worker's coarse timers,
 /// elsewhere with tokio's.
 pub fn timeout_at<F: Future>(deadline: Instant, f: F) -> Timeout<F> {
-    let clock = match Timers::current() {
-        Some(t) => Clock::Worker(t.sleep_until(deadline)),
-        None => Clock::Tokio(Box::pin(tokio::time::sleep_until(deadline))),
-    };
-    Timeout { f, clock }
+    Timeout {
+        f,
+        clock: Clock::until(deadline),
+    }
+}
+
+/// Ready once `deadline` has passed: on a worker by the worker's coarse
+/// timers, elsewhere by tokio's.
+pub fn sleep_until(deadline: Instant) -> impl Future<Output = ()> {
+    let mut clock = Clock::until(deadline);
+    std::future::poll_fn(move |cx| clock.poll(cx))
 }
 
 /// Run `f` for at most `d` (see [`timeout_at`]).
