@@ -41,8 +41,6 @@ pub enum Command {
     Acme(AcmeCommand),
     /// Show what this kernel's TLS offload can do, and how to fix each "no".
     Check,
-    /// Measure an HTTPS server (download, tps, requests).
-    Bench(Box<crate::bench::BenchArgs>),
 }
 
 #[derive(Subcommand, Debug)]

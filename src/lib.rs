@@ -14,7 +14,6 @@
 
 pub mod accesslog;
 pub mod acme;
-pub mod bench;
 pub mod check;
 pub mod cli;
 pub mod config;

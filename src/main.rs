@@ -33,7 +33,6 @@ fn main() -> ExitCode {
             };
         }
         Command::Acme(AcmeCommand::Revoke { config, name }) => revoke(config, &name),
-        Command::Bench(args) => tlsfront::bench::run(*args).map_err(|e| e.to_string()),
         Command::Check => {
             let (text, all) = tlsfront::check::report(&tlsfront::ktls::Support::probe());
             print!("{text}");

@@ -22,7 +22,9 @@ quiet() { "$@" >/dev/null 2>&1; }
 finish() { echo "$passed passed, $failed failed"; ((failed == 0)); }
 
 [[ $(id -u) -eq 0 ]] || { echo "tests/package.sh needs root (dpkg -i)"; echo "0 passed, 1 failed"; exit 1; }
-cargo deb --locked --quiet >/dev/null
+# The server's package only: the workspace's load client (crates/bench)
+# is not part of it.
+cargo deb -p tlsfront --locked --quiet >/dev/null
 deb=$(ls -t target/debian/tlsfront_*.deb | head -n1)
 dir=$(mktemp -d)
 pid=

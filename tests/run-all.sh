@@ -38,10 +38,14 @@ if grep -rnE 'Command::new\("' tests/; then
   echo "tests/: run programs with tool(\"NAME\") so that tests/packages.txt lists them" >&2
   exit 1
 fi
-cargo clippy --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "unit and end-to-end tests on this kernel ($(uname -r))"
-cargo test --locked 2>&1 | tee -a "$log"
+# The whole workspace: the server and the load client (crates/bench). Cargo
+# builds the client's binary (for its own tests) before running any test, so
+# the server's tests find target/debug/tlsfront-bench (tests/common:
+# bench_client()).
+cargo test --workspace --locked 2>&1 | tee -a "$log"
 
 step "TLS negative suite (a tlslite-ng peer) on this kernel"
 python3 tests/tls/negative.py --bin target/debug/tlsfront 2>&1 | tee -a "$log"
@@ -64,6 +68,9 @@ if [[ ${TLSFRONT_SKIP_GUEST:-0} == 1 ]]; then
   exit 0
 fi
 
+# The server's end-to-end suites; tests/sites.rs also runs the load client,
+# target/debug/tlsfront-bench from the stage above, which the guest sees on
+# the read-only share of this tree.
 bins=$(cargo test --locked --test serve --test proxy --test http_conformance --test sites --test static_sites --test fleet --no-run --message-format=json 2>/dev/null |
   python3 -c 'import json,sys
 for l in sys.stdin:

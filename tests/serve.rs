@@ -928,12 +928,8 @@ fn memory_freed_after_a_burst_goes_back_to_the_kernel() {
     }
     let server = Server::start(&["--workers", "2", "--ktls", "off"]);
     let before = server.rss_kib();
-    let out = Command::new(BIN)
-        .args([
-            "bench",
-            "requests",
-            &server.url(&format!("/f{}.bin", 1 << 20)),
-        ])
+    let out = bench_client()
+        .args(["requests", &server.url(&format!("/f{}.bin", 1 << 20))])
         .args(["-c", "300", "-d", "2s", "--insecure", "--threads", "2"])
         .output()
         .unwrap();

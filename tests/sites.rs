@@ -530,10 +530,9 @@ fn reload_swaps_certificates_and_sites_and_keeps_sessions_and_downloads() {
     assert!(report.contains("reloads: 1"), "{report}");
 }
 
-/// Run `tlsfront bench ARGS --json FILE` in the background.
+/// Run `tlsfront-bench ARGS --json FILE` in the background.
 fn bench(args: &[&str], json: &Path) -> std::process::Child {
-    std::process::Command::new(common::BIN)
-        .arg("bench")
+    common::bench_client()
         .args(args)
         .arg("--json")
         .arg(json)
@@ -548,10 +547,10 @@ fn json_of(path: &Path) -> serde_json::Value {
 }
 
 /// 50 reloads that swap the certificate and add and drop a site, while
-/// `bench requests` (keep-alive GETs) and `bench tps` (new sessions) run
-/// and curl downloads a file over and over: no request fails, no body is
-/// cut, each reload's certificate is the one served right after it, and
-/// resumed sessions go on across the reloads.
+/// `tlsfront-bench requests` (keep-alive GETs) and `tlsfront-bench tps`
+/// (new sessions) run and curl downloads a file over and over: no request
+/// fails, no body is cut, each reload's certificate is the one served right
+/// after it, and resumed sessions go on across the reloads.
 #[test]
 fn fifty_reloads_under_load_fail_no_request() {
     let ca = Ca::new();
@@ -697,7 +696,7 @@ fn fifty_reloads_under_load_fail_no_request() {
     let (status, report) = server.stop();
     assert!(status.success());
     assert!(report.contains("reloads: 50"), "{report}");
-    // Sessions resumed across the reloads (bench tps resumes by default).
+    // Sessions resumed across the reloads (tlsfront-bench tps resumes by default).
     let resumed: u64 = report
         .lines()
         .find_map(|l| l.strip_prefix("handshakes: "))

@@ -304,8 +304,8 @@ fn socket_activation_takes_the_inherited_socket() {
 }
 
 /// An upgrade of `tlsfront run` with sites and ticket key files, while
-/// `tlsfront bench tps` opens sessions (resuming them) without pause and
-/// `tlsfront bench requests` sends keep-alive requests: no session and no
+/// `tlsfront-bench tps` opens sessions (resuming them) without pause and
+/// `tlsfront-bench requests` sends keep-alive requests: no session and no
 /// request fails, the new process serves the certificate now on disk, and
 /// sessions made with the old process resume on the new one (the ticket
 /// keys come from the files, not from memory).
@@ -337,8 +337,8 @@ fn an_upgrade_of_many_sites_keeps_sessions_and_takes_the_new_certificate() {
     let before = common::served_fingerprint(port, "localhost");
 
     let json = dir.path().join("tps.json");
-    let mut tps = std::process::Command::new(common::BIN)
-        .args(["bench", "tps", &format!("https://localhost:{port}/1k")])
+    let mut tps = common::bench_client()
+        .args(["tps", &format!("https://localhost:{port}/1k")])
         .args([
             "--ramp",
             "30:30:30",
@@ -357,8 +357,8 @@ fn an_upgrade_of_many_sites_keeps_sessions_and_takes_the_new_certificate() {
         .unwrap();
     // Keep-alive requests too, one after another on each connection.
     let requests_json = dir.path().join("requests.json");
-    let mut requests = std::process::Command::new(common::BIN)
-        .args(["bench", "requests", &format!("https://localhost:{port}/1k")])
+    let mut requests = common::bench_client()
+        .args(["requests", &format!("https://localhost:{port}/1k")])
         .args(["-c", "4", "-d", "8s", "--threads", "1", "--ca"])
         .arg(&ca.pem)
         .arg("--json")
@@ -380,14 +380,14 @@ fn an_upgrade_of_many_sites_keeps_sessions_and_takes_the_new_certificate() {
     let status = wait_child(tps, Duration::from_secs(60));
     let mut err = String::new();
     let _ = err_pipe.read_to_string(&mut err);
-    assert!(status.success(), "bench tps: {err}");
+    assert!(status.success(), "tlsfront-bench tps: {err}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(v["summary"]["failed"], 0, "{}", v["errors"]);
     let mut err_pipe = requests.stderr.take().unwrap();
     let status = wait_child(requests, Duration::from_secs(60));
     let mut err = String::new();
     let _ = err_pipe.read_to_string(&mut err);
-    assert!(status.success(), "bench requests: {err}");
+    assert!(status.success(), "tlsfront-bench requests: {err}");
     let r: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&requests_json).unwrap()).unwrap();
     // Keep-alive connections the old process had were ended with

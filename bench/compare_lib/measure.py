@@ -1,4 +1,4 @@
-"""Measurements: the tlsfront bench client, server CPU and memory from /proc,
+"""Measurements: the tlsfront-bench client, server CPU and memory from /proc,
 idle connections and uploads with Python's ssl, and `openssl speed`.
 
 Every step is bounded: each subprocess has a timeout, each socket a timeout,
@@ -22,11 +22,11 @@ class BenchError(Exception):
 
 
 def run_bench(run, mode, url, args, name, timeout, chart=False):
-    """`tlsfront bench MODE URL ...` on the client cpuset; its JSON, or raises."""
+    """`tlsfront-bench MODE URL ...` on the client cpuset; its JSON, or raises."""
     logs = os.path.join(run.dir, "logs")
     os.makedirs(logs, exist_ok=True)
     jpath = os.path.join(logs, name + ".json")
-    cmd = ["taskset", "-c", run.client_cpus, run.tlsfront, "bench", mode, url,
+    cmd = ["taskset", "-c", run.client_cpus, run.client, mode, url,
            "--ca", run.ca, "--threads", "1", "--tls-version", "1.3",
            "--cipher", CIPHER_RUSTLS, "--json", jpath] + args
     if chart:

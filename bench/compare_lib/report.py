@@ -145,7 +145,7 @@ def one_line(r):
 
 
 def copy_bench_charts(run_dir, charts_dir):
-    """Keep tlsfront bench's own charts (round 1) next to the results."""
+    """Keep tlsfront-bench's own charts (round 1) next to the results."""
     logs = os.path.join(run_dir, "logs")
     if not os.path.isdir(logs):
         return
@@ -338,7 +338,7 @@ def paired_section(kd):
         return [o / t for t, o in zip(pd["tlsfront"][fk], pd[n][fk]) if t and o]
 
     slices = len(pd["tlsfront"]["ka_cpu_us_per_req"])
-    how = ("Handshakes: in each slice, one `bench tps --interleave` run per peer sends sessions to "
+    how = ("Handshakes: in each slice, one `tlsfront-bench tps --interleave` run per peer sends sessions to "
            "tlsfront and that peer in turn (500/s each), so the two are measured over the same "
            "seconds; tlsfront's figure is the median of its runs. Keep-alive requests (a closed "
            "loop): each server in turn, seconds apart. ")
@@ -428,7 +428,7 @@ def markdown(data, charts_dir, out_dir):
     L.append("")
     L.append(f"- {m['nproc']} CPUs: {m['cpu_model']} ({m['cpu_flags']}), {m['memory']}; kernel {m['kernel']}, "
              f"Debian {m['debian']}; kTLS: {m['ktls']}.")
-    L.append(f"- Servers pinned to CPU {m['server_cpus']}; the client (`tlsfront bench --threads 1`), the plain "
+    L.append(f"- Servers pinned to CPU {m['server_cpus']}; the client (`tlsfront-bench --threads 1`), the plain "
              f"nginx backend and this script to CPU {m['client_cpus']}. The client has **one core**.")
     v = m["versions"]
     L.append("- " + "; ".join(f"{k}: {v[k] or 'missing'}" for k in ("tlsfront", "nginx", "haproxy", "hitch", "stunnel", "openssl"))
@@ -521,7 +521,7 @@ def markdown(data, charts_dir, out_dir):
              "connections, 100 KiB keep-alive GETs on 1/2/3 connections, 1 KiB keep-alive GETs on 20 connections, "
              f"{data['profile']['hs_rate']} sessions/s for {data['profile']['hs_s']} s with one 1 KiB GET each "
              "(full, then resumed) for CPU per handshake, uploads through the terminators, then the open-loop "
-             f"`tlsfront bench tps` ramp {data['profile']['ramp']} sessions/s, {data['profile']['step_s']} s per step, "
+             f"`tlsfront-bench tps` ramp {data['profile']['ramp']} sessions/s, {data['profile']['step_s']} s per step, "
              "4 requests per session, with and without resumption. Server CPU is the run time of every thread of "
              "every process of the server (/proc/PID/task/TID/schedstat, nanoseconds) before and after each "
              "measurement; utime+stime from /proc/PID/stat (10 ms ticks) for a process that lost threads "

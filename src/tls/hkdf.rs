@@ -78,7 +78,7 @@ fn with_keyed_hkdf(suite: SupportedCipherSuite) -> SupportedCipherSuite {
 /// `base` (aws-lc-rs suites) with every TLS 1.3 suite on the keyed HKDF.
 pub fn keyed_hkdf(base: CryptoProvider) -> CryptoProvider {
     // Built once: rustls wants `&'static` suites, and `provider()` is
-    // called more than once (server, bench client, `--cipher` names).
+    // called more than once (the server, `config check`, tests).
     static KEYED: OnceLock<Vec<SupportedCipherSuite>> = OnceLock::new();
     let keyed = KEYED.get_or_init(|| {
         rustls::crypto::aws_lc_rs::ALL_CIPHER_SUITES

@@ -546,6 +546,24 @@ pub fn tool(program: &str) -> Command {
     Command::new(program)
 }
 
+/// The load client, `tlsfront-bench`: its own package (crates/bench), so it
+/// has no `CARGO_BIN_EXE_` here. It is found next to [`BIN`], in the same
+/// target/<profile>/ directory, where `cargo test --workspace` builds it;
+/// the kTLS guest sees that directory too.
+pub fn bench_client() -> Command {
+    let path = Path::new(BIN).with_file_name("tlsfront-bench");
+    if !path.is_file() {
+        let release = path.parent().and_then(Path::file_name) == Some("release".as_ref());
+        panic!(
+            "{} is missing: the load client is a package of its own; build it with \
+             `cargo build{} -p tlsfront-bench` (or run the tests with `cargo test --workspace`)",
+            path.display(),
+            if release { " --release" } else { "" }
+        );
+    }
+    Command::new(path)
+}
+
 /// The SHA-256 fingerprint openssl sees for `name`.
 pub fn served_fingerprint(port: u16, name: &str) -> String {
     let (out, err, _) = s_client(

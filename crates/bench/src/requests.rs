@@ -1,7 +1,7 @@
-//! `bench requests`: a closed loop. C connections each send one GET after
-//! another on a keep-alive connection for the whole duration (reconnecting
-//! when the server closes or a request fails). Latency is request sent to
-//! last body byte; requests still in flight at the end are not counted.
+//! `tlsfront-bench requests`: a closed loop. C connections each send one GET
+//! after another on a keep-alive connection for the whole duration
+//! (reconnecting when the server closes or a request fails). Latency is request
+//! sent to last body byte; requests still in flight at the end are not counted.
 
 use super::client::{self, Conn};
 use super::report::{self, f, Outcome};

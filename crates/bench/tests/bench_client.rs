@@ -1,4 +1,4 @@
-//! End-to-end tests of `tlsfront bench`: the real binary against a small
+//! End-to-end tests of `tlsfront-bench`: the real binary against a small
 //! HTTPS server run inside the test, whose behaviour is known exactly: every
 //! GET is answered after a fixed delay with a body of a fixed size
 //! (Content-Length, or chunked on /chunked, or until close on /close, or 404
@@ -154,10 +154,9 @@ impl TestServer {
     }
 }
 
-/// Run `tlsfront bench ARGS`, killing it after `limit`.
+/// Run `tlsfront-bench ARGS`, killing it after `limit`.
 fn bench(args: &[&str], limit: Duration) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tlsfront"))
-        .arg("bench")
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tlsfront-bench"))
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -169,7 +168,7 @@ fn bench(args: &[&str], limit: Duration) -> Output {
             let _ = child.kill();
             let out = child.wait_with_output().unwrap();
             panic!(
-                "tlsfront bench {args:?} still running after {limit:?}; stderr: {}",
+                "tlsfront-bench {args:?} still running after {limit:?}; stderr: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
         }
@@ -514,7 +513,7 @@ fn fails_with(args: &[&str], want: &str) {
     assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
     assert!(
-        stderr.starts_with("tlsfront: ") && stderr.contains(want),
+        stderr.starts_with("tlsfront-bench: ") && stderr.contains(want),
         "{args:?}: want {want:?}, got {stderr}"
     );
     assert!(out.stdout.is_empty(), "{args:?}");

@@ -1,11 +1,12 @@
-//! The client's rustls configuration, from the command line: protocol
-//! versions, one cipher suite or all of tlsfront's, trusted roots
-//! (webpki-roots, `--ca`, or `--insecure`), session resumption, and the
-//! `--insecure` certificate verifier that still checks handshake signatures.
+//! The client's rustls configuration, from the command line: its own
+//! crypto provider (aws-lc-rs), protocol versions, one cipher suite or all
+//! of the provider's, trusted roots (webpki-roots, `--ca`, or `--insecure`),
+//! session resumption, and the `--insecure` certificate verifier that still
+//! checks handshake signatures.
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::Resumption;
-use rustls::crypto::WebPkiSupportedAlgorithms;
+use rustls::crypto::{aws_lc_rs, CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{
@@ -87,16 +88,27 @@ pub enum Trust {
 pub struct TlsChoice {
     /// `None`: offer TLS 1.3 and 1.2.
     pub version: Option<TlsVersion>,
-    /// A rustls suite name; `None`: all of tlsfront's kTLS-capable suites.
+    /// A rustls suite name; `None`: all of [`provider`]'s suites.
     pub cipher: Option<String>,
     pub trust: Trust,
     /// Resume sessions across connections (in-memory cache).
     pub resume: bool,
 }
 
+/// The client's crypto provider: aws-lc-rs with its default suites (the
+/// AEAD suites of TLS 1.3 and of TLS 1.2 with ECDHE, the ones tlsfront and
+/// kTLS carry) and only X25519 and P-256 key exchange, the groups tlsfront
+/// takes: no ML-KEM hybrid share to compute, for nothing, per handshake.
+pub fn provider() -> CryptoProvider {
+    CryptoProvider {
+        kx_groups: vec![aws_lc_rs::kx_group::X25519, aws_lc_rs::kx_group::SECP256R1],
+        ..aws_lc_rs::default_provider()
+    }
+}
+
 /// The names `--cipher` accepts, in preference order.
 pub fn cipher_names() -> Vec<String> {
-    crate::tls::provider()
+    provider()
         .cipher_suites
         .iter()
         .map(|s| format!("{:?}", s.suite()))
@@ -105,7 +117,7 @@ pub fn cipher_names() -> Vec<String> {
 
 /// Build the client configuration.
 pub fn client_config(choice: &TlsChoice) -> Result<Arc<ClientConfig>, TlsSetupError> {
-    let mut provider = crate::tls::provider();
+    let mut provider = provider();
     let mut versions = match choice.version {
         None => vec![&rustls::version::TLS13, &rustls::version::TLS12],
         Some(TlsVersion::V13) => vec![&rustls::version::TLS13],
@@ -249,8 +261,14 @@ mod tests {
     #[test]
     fn cipher_choice_and_errors() {
         let names = cipher_names();
+        assert_eq!(names.len(), 9, "{names:?}");
         assert!(names.contains(&"TLS13_AES_128_GCM_SHA256".to_string()));
         assert!(names.contains(&"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256".to_string()));
+        let groups: Vec<_> = provider().kx_groups.iter().map(|g| g.name()).collect();
+        assert_eq!(
+            groups,
+            [rustls::NamedGroup::X25519, rustls::NamedGroup::secp256r1]
+        );
 
         let c = client_config(&TlsChoice {
             cipher: Some("tls13_aes_128_gcm_sha256".into()),

@@ -1,5 +1,5 @@
-//! `bench download`: N runs, each of C parallel full downloads on new TLS
-//! connections (a run ends when all C are done). Every body is checked
+//! `tlsfront-bench download`: N runs, each of C parallel full downloads on new
+//! TLS connections (a run ends when all C are done). Every body is checked
 //! against its Content-Length; the report is a ministat summary of the
 //! per-download throughput (bytes over connect-to-last-byte time).
 

@@ -1,7 +1,12 @@
-//! `tlsfront bench`: measure any HTTPS server the way users judge a TLS
-//! endpoint. Three modes: [`download`] (throughput of full downloads on new
+//! `tlsfront-bench`, tlsfront's load client: measure any HTTPS server the
+//! way users judge a TLS endpoint. It is a tool, not part of the server: it
+//! shares no code with it (its own TLS client set-up, [`tls`]) and the
+//! server's package does not depend on it. Tests and bench/compare run its
+//! binary against tlsfront and other servers.
+//!
+//! Three modes: [`download`] (throughput of full downloads on new
 //! connections), [`tps`] (open-loop new-session rate with a ramp) and
-//! [`requests`] (closed-loop keep-alive requests). This module owns the
+//! [`requests`] (closed-loop keep-alive requests). This crate root owns the
 //! command line shared by all three, the set-up (URL, TLS configuration,
 //! pre-flight probe, client runtime) and the output (table, JSON, SVG).
 
@@ -16,7 +21,7 @@ pub mod tls;
 pub mod tps;
 pub mod url;
 
-use clap::{Args, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use client::{ClientError, Probe};
 use rustls::ClientConfig;
 use serde_json::json;
@@ -27,7 +32,13 @@ use std::time::Duration;
 use tls::{TlsChoice, TlsSetupError, TlsVersion, Trust};
 use url::{Target, UrlError};
 
-#[derive(Args, Debug)]
+/// The command line of `tlsfront-bench`.
+#[derive(Parser, Debug)]
+#[command(
+    name = "tlsfront-bench",
+    version,
+    about = "Measure an HTTPS server (download, tps, requests): tlsfront's load client"
+)]
 pub struct BenchArgs {
     #[command(subcommand)]
     pub mode: Mode,
@@ -232,7 +243,7 @@ fn raise_open_files_limit() {
     }
 }
 
-/// Run `tlsfront bench`.
+/// Run `tlsfront-bench`.
 pub fn run(args: BenchArgs) -> Result<(), BenchError> {
     let common = args.mode.common().clone();
     let threads = match common.threads {
@@ -300,7 +311,6 @@ pub fn run(args: BenchArgs) -> Result<(), BenchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
 
     #[test]
     fn durations() {
@@ -319,16 +329,14 @@ mod tests {
         );
     }
 
-    #[derive(Parser)]
-    struct Top {
-        #[command(subcommand)]
-        mode: Mode,
+    /// `tlsfront-bench ARGS`, parsed.
+    fn parse(args: &[&str]) -> Result<BenchArgs, clap::Error> {
+        BenchArgs::try_parse_from(std::iter::once("tlsfront-bench").chain(args.iter().copied()))
     }
 
     #[test]
     fn command_lines_parse() {
-        let t = Top::try_parse_from([
-            "bench",
+        let t = parse(&[
             "tps",
             "https://h/",
             "--ramp",
@@ -349,15 +357,13 @@ mod tests {
         assert!(a.common.no_resume && a.common.insecure);
         assert_eq!(a.common.tls_version, Some(TlsVersion::V12));
 
-        let t = Top::try_parse_from(["bench", "requests", "https://h/", "-c", "3", "-d", "2s"])
-            .unwrap();
+        let t = parse(&["requests", "https://h/", "-c", "3", "-d", "2s"]).unwrap();
         let Mode::Requests(a) = t.mode else {
             panic!("not requests")
         };
         assert_eq!((a.connections, a.duration), (3, Duration::from_secs(2)));
 
-        let t = Top::try_parse_from([
-            "bench",
+        let t = parse(&[
             "download",
             "https://h/",
             "--runs",
@@ -371,51 +377,33 @@ mod tests {
         };
         assert_eq!((a.runs, a.connections), (3, 2));
 
-        assert!(Top::try_parse_from([
-            "bench",
-            "download",
-            "https://h/",
-            "--insecure",
-            "--ca",
-            "x"
-        ])
-        .is_err());
-        assert!(
-            Top::try_parse_from(["bench", "download", "https://h/", "--tls-version", "1.1"])
-                .is_err()
-        );
-        assert!(Top::try_parse_from(["bench", "tps", "https://h/", "--ramp", "5:x:10"]).is_err());
-        for zero in [
-            ["download", "https://h/", "--runs", "0"],
-            ["download", "https://h/", "-c", "0"],
-            ["requests", "https://h/", "-c", "0"],
-            ["download", "https://h/", "--threads", "0"],
-            ["download", "https://h/", "--threads", "5000"],
+        for bad in [
+            &["download", "https://h/", "--insecure", "--ca", "x"][..],
+            &["download", "https://h/", "--tls-version", "1.1"],
+            &["tps", "https://h/", "--ramp", "5:x:10"],
+            &["download", "https://h/", "--runs", "0"],
+            &["download", "https://h/", "-c", "0"],
+            &["requests", "https://h/", "-c", "0"],
+            &["download", "https://h/", "--threads", "0"],
+            &["download", "https://h/", "--threads", "5000"],
+            &[
+                "tps",
+                "https://h/",
+                "--ramp",
+                "1:1:1",
+                "--step-seconds",
+                "0",
+            ],
+            &[
+                "tps",
+                "https://h/",
+                "--ramp",
+                "1:1:1",
+                "--requests-per-session",
+                "0",
+            ],
         ] {
-            assert!(
-                Top::try_parse_from(std::iter::once("bench").chain(zero)).is_err(),
-                "{zero:?}"
-            );
+            assert!(parse(bad).is_err(), "{bad:?}");
         }
-        assert!(Top::try_parse_from([
-            "bench",
-            "tps",
-            "https://h/",
-            "--ramp",
-            "1:1:1",
-            "--step-seconds",
-            "0"
-        ])
-        .is_err());
-        assert!(Top::try_parse_from([
-            "bench",
-            "tps",
-            "https://h/",
-            "--ramp",
-            "1:1:1",
-            "--requests-per-session",
-            "0"
-        ])
-        .is_err());
     }
 }

@@ -1,8 +1,8 @@
-//! `bench tps`: an open loop of new TLS sessions. Sessions start on a clock
-//! schedule (the rate ramps from START by STEP every S seconds up to MAX),
-//! each as its own task, so a slow server cannot slow the generator. A
-//! session connects, does K GETs on one keep-alive connection and closes;
-//! it fails on any error or when it takes longer than --timeout. Results are
+//! `tlsfront-bench tps`: an open loop of new TLS sessions. Sessions start on a
+//! clock schedule (the rate ramps from START by STEP every S seconds up to
+//! MAX), each as its own task, so a slow server cannot slow the generator. A
+//! session connects, does K GETs on one keep-alive connection and closes; it
+//! fails on any error or when it takes longer than --timeout. Results are
 //! counted in the second (and step) the session started in.
 
 use super::client::{self, ClientError, Conn};

@@ -7,7 +7,7 @@ use std::net::Ipv6Addr;
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum UrlError {
-    #[error("{url:?} is not an https:// URL (tlsfront bench speaks HTTPS only)")]
+    #[error("{url:?} is not an https:// URL (tlsfront-bench speaks HTTPS only)")]
     NotHttps { url: String },
     #[error("{url:?} has no host")]
     NoHost { url: String },
