@@ -3,9 +3,7 @@
 //!
 //! kTLS path: `splice(client → pipe → backend)` and `splice(backend → pipe
 //! → client)`, one pipe per direction, so the bytes never enter user space;
-//! the kernel decrypts on the way in and encrypts on the way out. The
-//! client's records are gathered in the pipe (as many as have arrived, up
-//! to its size) before they go to the backend. `splice()`
+//! the kernel decrypts on the way in and encrypts on the way out. `splice()`
 //! refuses control records (EINVAL on 6.1, EIO elsewhere): the record is
 //! then taken with `recvmsg` by the kTLS stream (close_notify, alerts,
 //! KeyUpdate), and splicing resumes.
@@ -40,9 +38,6 @@ const IDLE_GRACE: Duration = Duration::from_millis(50);
 
 /// Per-direction buffering: a pipe's default capacity (16 pages).
 const WINDOW: usize = 64 * 1024;
-
-/// The most plaintext one TLS record carries.
-const MAX_PLAINTEXT: usize = 16 * 1024;
 
 /// What one read from the backend takes on the user-space path: four full
 /// records, encrypted together and written with one `sendto`.
@@ -166,7 +161,6 @@ pub async fn splice(
                     tls.count_received(n as u64);
                     m.bytes_in(Path::Ktls, n as u64);
                     moved = true;
-                    in_c2b += more_records(&mut tls, &c2b_w, in_c2b, m)?;
                 }
                 Err(e) if would_block(&e) => add(&mut want_c, Interest::READABLE),
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::EIO)) => {
@@ -274,48 +268,6 @@ pub async fn splice(
         }
         wait(tls.socket(), want_c, backend, want_b, deadline, idle).await?;
     }
-}
-
-/// After a read from the client into an empty pipe: take what else the
-/// kernel has ready while a whole record still fits, and return how much.
-/// kTLS's `splice()` takes one record per call, so without this the backend
-/// would get every record in a `splice()` and a TCP segment of its own;
-/// batched, it gets up to four at a time, only ever what has already
-/// arrived (no added latency). These reads bypass tokio's readiness: their
-/// EAGAIN may mean a full pipe rather than an empty socket, so it must not
-/// clear the readiness. Whatever stops the batch (no whole record yet, a
-/// control record, the client's EOF) is met again by the next read, which
-/// comes once the pipe is empty; only an error is reported here, as
-/// `splice()` reports it once.
-fn more_records(
-    tls: &mut KtlsStream,
-    pipe: &OwnedFd,
-    mut have: usize,
-    m: &Meter<'_>,
-) -> Result<usize, RelayError> {
-    let first = have;
-    while WINDOW - have >= MAX_PLAINTEXT {
-        let r = rustix::pipe::splice(
-            tls.socket().as_fd(),
-            None,
-            pipe,
-            None,
-            WINDOW - have,
-            SPLICE,
-        );
-        match r.map_err(io::Error::from) {
-            Ok(0) => break,
-            Ok(n) => {
-                have += n;
-                tls.count_received(n as u64);
-                m.bytes_in(Path::Ktls, n as u64);
-            }
-            Err(e) if would_block(&e) => break,
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::EIO)) => break,
-            Err(e) => return Err(tls.recv_failed(e).into()),
-        }
-    }
-    Ok(have - first)
 }
 
 /// The user-space relay over rustls.
@@ -464,9 +416,7 @@ async fn wait(
     tokio::select! {
         // The deadline first: no busy loop can outlive the idle timeout.
         biased;
-        // The worker's coarse timer, not tokio's: a tokio timer would put
-        // a timeout on the worker's epoll_wait (see `server::timer`).
-        _ = crate::server::timer::sleep_until(deadline) => return Err(RelayError::Idle(idle)),
+        _ = tokio::time::sleep_until(deadline) => return Err(RelayError::Idle(idle)),
         r = c => r.map_err(TransportError::from)?,
         r = b => r.map_err(RelayError::Backend)?,
     }
