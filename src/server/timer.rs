@@ -62,9 +62,11 @@ impl Drop for Shared {
     }
 }
 
-/// The deadlines: a slab of entries (a dropped timeout frees its entry at
-/// once) and, per tick, the entries due then. A bucket may keep a freed
-/// entry's index until its tick, told apart by the generation.
+/// The deadlines: a slab of entries and, per tick, the entries due then. A
+/// dropped timeout frees its entry and takes it out of its bucket at once
+/// (each entry knows its place there), so what is kept is bounded by the
+/// timeouts pending, not by how many were made before their ticks came (a
+/// keep-alive connection makes one per request, each due a timeout later).
 #[derive(Default)]
 struct State {
     slots: Vec<Slot>,
@@ -82,6 +84,9 @@ struct Slot {
     /// The waiting task; `None` once due (or free).
     waker: Option<Waker>,
     due: bool,
+    /// While registered and not due: its bucket, and its index there.
+    tick: u64,
+    pos: usize,
 }
 
 impl State {
@@ -97,7 +102,10 @@ impl State {
         slot.waker = Some(waker);
         slot.due = false;
         let key = (idx, slot.gen);
-        self.buckets.entry(tick).or_default().push(key);
+        let bucket = self.buckets.entry(tick).or_default();
+        bucket.push(key);
+        slot.tick = tick;
+        slot.pos = bucket.len() - 1;
         self.live += 1;
         key
     }
@@ -111,7 +119,25 @@ impl State {
         }
         if !slot.due {
             self.live -= 1;
+            let (tick, pos) = (slot.tick, slot.pos);
+            if let Some(bucket) = self.buckets.get_mut(&tick) {
+                if bucket.get(pos) == Some(&(idx, gen)) {
+                    bucket.swap_remove(pos);
+                    // The entry moved into its place learns where it is.
+                    if let Some(&(moved, moved_gen)) = bucket.get(pos) {
+                        if let Some(m) = self.slots.get_mut(moved as usize) {
+                            if m.gen == moved_gen {
+                                m.pos = pos;
+                            }
+                        }
+                    }
+                }
+                if bucket.is_empty() {
+                    self.buckets.remove(&tick);
+                }
+            }
         }
+        let slot = &mut self.slots[idx as usize];
         slot.gen = slot.gen.wrapping_add(1);
         slot.waker = None;
         slot.due = false;
@@ -360,13 +386,6 @@ pub fn timeout_at<F: Future>(deadline: Instant, f: F) -> Timeout<F> {
     }
 }
 
-/// Ready once `deadline` has passed: on a worker by the worker's coarse
-/// timers, elsewhere by tokio's.
-pub fn sleep_until(deadline: Instant) -> impl Future<Output = ()> {
-    let mut clock = Clock::until(deadline);
-    std::future::poll_fn(move |cx| clock.poll(cx))
-}
-
 /// Run `f` for at most `d` (see [`timeout_at`]).
 pub fn timeout<F: Future>(d: Duration, f: F) -> Timeout<F> {
     timeout_at(Instant::now() + d, f)
@@ -437,8 +456,18 @@ mod tests {
                 many.push(s);
             }
             assert_eq!(t.state().live, 100);
+            // Dropped in an order that moves entries within their bucket.
+            for i in (0..100).rev().step_by(2) {
+                many.swap_remove(i);
+            }
+            assert_eq!(t.state().live, 50);
+            assert_eq!(t.state().buckets.values().map(Vec::len).sum::<usize>(), 50);
             drop(many);
             assert_eq!(t.state().live, 0);
+            assert!(
+                t.state().buckets.is_empty(),
+                "dropped entries left in buckets"
+            );
             // Their entries are reused, and the buckets' stale indexes do
             // not fire the new owners early.
             // (60 s later than theirs).
