@@ -65,8 +65,9 @@ impl Drop for Shared {
 /// The deadlines: a slab of entries and, per tick, the entries due then. A
 /// dropped timeout frees its entry and takes it out of its bucket at once
 /// (each entry knows its place there), so what is kept is bounded by the
-/// timeouts pending, not by how many were made before their ticks came (a
-/// keep-alive connection makes one per request, each due a timeout later).
+/// timeouts pending and the ticks they fall in, not by how many were made
+/// before their ticks came (a keep-alive connection makes one per request,
+/// each due a timeout later).
 #[derive(Default)]
 struct State {
     slots: Vec<Slot>,
@@ -132,9 +133,9 @@ impl State {
                         }
                     }
                 }
-                if bucket.is_empty() {
-                    self.buckets.remove(&tick);
-                }
+                // An emptied bucket stays until its tick (there are at most
+                // as many as ticks in the longest timeout): the next
+                // timeout of the same tick reuses it instead of allocating.
             }
         }
         let slot = &mut self.slots[idx as usize];
@@ -465,7 +466,7 @@ mod tests {
             drop(many);
             assert_eq!(t.state().live, 0);
             assert!(
-                t.state().buckets.is_empty(),
+                t.state().buckets.values().all(Vec::is_empty),
                 "dropped entries left in buckets"
             );
             // Their entries are reused, and the buckets' stale indexes do
