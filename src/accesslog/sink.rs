@@ -10,7 +10,7 @@
 //! and a file is open with `O_APPEND`, so workers writing the same file
 //! never interleave within a line.
 
-use crate::server::timer::timeout;
+use crate::server::timer::sleep;
 use arc_swap::ArcSwap;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -265,7 +265,7 @@ pub async fn flush_every() {
     let buffered = BUFFERED.with(Arc::clone);
     loop {
         buffered.notified().await;
-        let _ = timeout(FLUSH_EVERY, std::future::pending::<()>()).await;
+        sleep(FLUSH_EVERY).await;
         flush();
     }
 }

@@ -23,7 +23,7 @@
 use super::OpenFile;
 use crate::http::conditional::Validators;
 use crate::http::encoding::Encoding;
-use crate::server::timer::timeout;
+use crate::server::timer::sleep;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
@@ -137,7 +137,7 @@ pub async fn sweep_every() {
         if with(|c| c.map.is_empty()).unwrap_or(true) {
             filled.notified().await;
         }
-        let _ = timeout(SWEEP_EVERY, std::future::pending::<()>()).await;
+        sleep(SWEEP_EVERY).await;
         sweep();
     }
 }

@@ -392,6 +392,11 @@ pub fn timeout<F: Future>(d: Duration, f: F) -> Timeout<F> {
     timeout_at(Instant::now() + d, f)
 }
 
+/// Wait `d` (see [`timeout_at`]: on a worker, up to a tick more).
+pub async fn sleep(d: Duration) {
+    let _ = timeout(d, std::future::pending::<()>()).await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,8 +474,8 @@ mod tests {
                 t.state().buckets.values().all(Vec::is_empty),
                 "dropped entries left in buckets"
             );
-            // Their entries are reused, and the buckets' stale indexes do
-            // not fire the new owners early.
+            // Their entries are reused, and a reused entry is not fired
+            // early by its former owner's tick.
             // (60 s later than theirs).
             let mut s = Box::pin(t.sleep_until(Instant::now() + Duration::from_secs(120)));
             assert!(futures_poll_once(s.as_mut()).is_pending());
@@ -479,7 +484,7 @@ mod tests {
             assert!(t.fire(now + 700), "the new entry is still live");
             assert!(
                 futures_poll_once(s.as_mut()).is_pending(),
-                "fired by a stale index"
+                "fired at its former owner's tick"
             );
             assert!(!t.fire(now + 1300));
             assert!(futures_poll_once(s.as_mut()).is_ready());
