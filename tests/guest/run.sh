@@ -16,7 +16,8 @@
 #              virtual nanosecond per guest instruction (CPU times read in the
 #              guest are instruction counts; its wall clock is meaningless)
 # Exit status: CMD's status; 124 on timeout; 125 if the guest failed before
-# reporting one (boot failure, panic); 2 on usage errors.
+# reporting one (a panic while CMD ran, or three boots that died before CMD
+# started: each such boot is retried and reported on stderr); 2 on usage errors.
 # Passed into the guest: PATH, HOME, every TLSFRONT_*, CARGO_*, RUST_* variable,
 # plus TLSFRONT_IN_GUEST=1. CMD's stdin is /dev/null. Anything CMD writes to
 # the guest's file system is discarded when the guest ends.
@@ -122,38 +123,52 @@ qemu=(
 )
 
 # ---- boot: QEMU's serial console -> FIFO -> CR-stripping filter -> stdout
+# Multi-threaded TCG now and then runs a guest kernel into a fatal "int3"
+# oops while it patches its own code at boot (two vCPUs, one jump label).
+# A guest that dies before /init marks /share/started ran nothing of CMD,
+# so it is booted again, three boots in all, and says so;
+# after that mark every failure is CMD's and is reported as it is.
+boot_attempts=3
 mkfifo "$tmp/console"
-sed -u -e 's/\r$//' -e '/^\[ *[0-9.]*\] reboot: Power down$/d' <"$tmp/console" &
-sed_pid=$!
-start=${EPOCHREALTIME/[.,]/}
-timeout --foreground --kill-after=10 "$timeout_s" "${qemu[@]}" </dev/null >"$tmp/console" &
-qemu_pid=$!
-
 interrupted=0
-trap 'interrupted=130; kill -TERM "$qemu_pid" 2>/dev/null || true' INT
-trap 'interrupted=143; kill -TERM "$qemu_pid" 2>/dev/null || true' TERM HUP
-qemu_rc=0
-for _ in 1 2 3 4 5 6 7 8 9 10; do  # wait returns early when a trapped signal arrives
-  if wait "$qemu_pid"; then qemu_rc=0; else qemu_rc=$?; fi
-  kill -0 "$qemu_pid" 2>/dev/null || break
-done
-qemu_pid=
-wait "$sed_pid" || true
-elapsed_us=$((${EPOCHREALTIME/[.,]/} - start))
-elapsed=$((elapsed_us / 1000000)).$((elapsed_us / 100000 % 10))
+trap 'interrupted=130; [[ -z $qemu_pid ]] || kill -TERM "$qemu_pid" 2>/dev/null || true' INT
+trap 'interrupted=143; [[ -z $qemu_pid ]] || kill -TERM "$qemu_pid" 2>/dev/null || true' TERM HUP
+for ((attempt = 1; ; attempt++)); do
+  rm -f -- "$tmp/share/rc" "$tmp/share/started"
+  sed -u -e 's/\r$//' -e '/^\[ *[0-9.]*\] reboot: Power down$/d' <"$tmp/console" &
+  sed_pid=$!
+  start=${EPOCHREALTIME/[.,]/}
+  timeout --foreground --kill-after=10 "$timeout_s" "${qemu[@]}" </dev/null >"$tmp/console" &
+  qemu_pid=$!
+  qemu_rc=0
+  for _ in 1 2 3 4 5 6 7 8 9 10; do  # wait returns early when a trapped signal arrives
+    if wait "$qemu_pid"; then qemu_rc=0; else qemu_rc=$?; fi
+    kill -0 "$qemu_pid" 2>/dev/null || break
+  done
+  qemu_pid=
+  wait "$sed_pid" || true
+  elapsed_us=$((${EPOCHREALTIME/[.,]/} - start))
+  elapsed=$((elapsed_us / 1000000)).$((elapsed_us / 100000 % 10))
 
-if ((interrupted)); then
-  echo "run.sh: interrupted; guest stopped after ${elapsed}s" >&2
-  exit "$interrupted"
-fi
-if ((qemu_rc == 124 || (qemu_rc == 137 && elapsed_us >= timeout_s * 1000000))); then
-  echo "run.sh: TIMEOUT: the guest did not finish within ${timeout_s}s; QEMU was killed" >&2
-  exit 124
-fi
-if [[ ! -s $tmp/share/rc ]]; then
-  echo "run.sh: ERROR: the guest ended after ${elapsed}s without reporting an exit code (QEMU status $qemu_rc)" >&2
-  exit 125
-fi
+  if ((interrupted)); then
+    echo "run.sh: interrupted; guest stopped after ${elapsed}s" >&2
+    exit "$interrupted"
+  fi
+  if ((qemu_rc == 124 || (qemu_rc == 137 && elapsed_us >= timeout_s * 1000000))); then
+    echo "run.sh: TIMEOUT: the guest did not finish within ${timeout_s}s; QEMU was killed" >&2
+    exit 124
+  fi
+  [[ ! -s $tmp/share/rc ]] || break
+  if [[ -e $tmp/share/started ]]; then
+    echo "run.sh: ERROR: the guest ended after ${elapsed}s without reporting an exit code (QEMU status $qemu_rc); CMD had started" >&2
+    exit 125
+  fi
+  if ((attempt >= boot_attempts)); then
+    echo "run.sh: ERROR: the guest died while booting, before CMD started, $attempt times in a row (last after ${elapsed}s, QEMU status $qemu_rc); its console is above" >&2
+    exit 125
+  fi
+  echo "run.sh: the guest died while booting after ${elapsed}s, before CMD started (QEMU status $qemu_rc; its console is above); booting again, attempt $((attempt + 1)) of $boot_attempts" >&2
+done
 rc=$(<"$tmp/share/rc")
 [[ $rc =~ ^[0-9]+$ ]] || die "bad exit code from the guest: '$rc'"
 if [[ ${TLSFRONT_GUEST_VERBOSE:-} == 1 ]]; then
