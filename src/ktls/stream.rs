@@ -10,6 +10,7 @@
 //! Records are counted against the cipher's confidentiality limit.
 
 use super::{crypto_info, Direction, Version};
+use crate::server::timer;
 use crate::sys;
 use crate::transport::{Path, Transport, TransportError};
 use rustls::internal::msgs::enums::AlertLevel;
@@ -70,8 +71,10 @@ impl KtlsStream {
         &self.sock
     }
 
+    /// Wait for room in the socket, for at most the stall timeout (on a
+    /// worker, its coarse timers: no tokio timer behind every wait).
     async fn writable(&self) -> Result<(), TransportError> {
-        match tokio::time::timeout(self.stall, self.sock.writable()).await {
+        match timer::timeout(self.stall, self.sock.writable()).await {
             Ok(r) => Ok(r?),
             Err(_) => Err(TransportError::SendTimeout(self.stall)),
         }
@@ -467,15 +470,18 @@ impl Transport for KtlsStream {
         }
         while !data.is_empty() {
             self.reserve_tx(records_for(data.len() as u64)).await?;
-            self.writable().await?;
+            // Tried first: a wait (and its timeout) only when there is no room.
             match self.sock.try_io(Interest::WRITABLE, || {
                 rustix::net::send(self.sock.as_fd(), data, flags).map_err(io::Error::from)
             }) {
                 Ok(n) => {
                     self.tx_records += records_for(n as u64);
                     data = &data[n..];
+                    // A client that keeps up never makes us wait: give the
+                    // worker's other connections their turn now and then.
+                    tokio::task::coop::consume_budget().await;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.writable().await?,
                 Err(e) => return Err(e.into()),
             }
         }
@@ -496,7 +502,6 @@ impl Transport for KtlsStream {
             // extra one counted).
             self.reserve_tx(2).await?;
             let chunk = sendfile_chunk(end - offset, self.limit - self.tx_records);
-            self.writable().await?;
             let mut off = offset;
             match self.sock.try_io(Interest::WRITABLE, || {
                 rustix::fs::sendfile(self.sock.as_fd(), file.as_fd(), Some(&mut off), chunk)
@@ -507,8 +512,9 @@ impl Transport for KtlsStream {
                     // A partial send may close a record early: count one more.
                     self.tx_records += records_for(n as u64) + 1;
                     offset += n as u64;
+                    tokio::task::coop::consume_budget().await;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.writable().await?,
                 Err(e) => return Err(e.into()),
             }
         }

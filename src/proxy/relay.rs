@@ -19,6 +19,7 @@
 use super::backend::Backend;
 use crate::ktls::stream::{KtlsStream, Recv};
 use crate::metrics::SiteMetrics as Metrics;
+use crate::server::timer::Deadline;
 use crate::tls::userspace::UserTls;
 use crate::transport::{Path, Transport, TransportError};
 use rustix::pipe::SpliceFlags;
@@ -141,7 +142,9 @@ pub async fn splice(
     // Plaintext that came out of `recv_once` instead of a pipe (rare).
     let mut side: Vec<u8> = Vec::new();
     let mut s = Sides::default();
-    let mut deadline = Instant::now() + idle;
+    let mut idle_at = Deadline::at(Instant::now() + idle);
+    // Something moved since the idle deadline was last set.
+    let mut active = false;
     loop {
         let mut want_c: Option<Interest> = None;
         let mut want_b: Option<Interest> = None;
@@ -263,10 +266,17 @@ pub async fn splice(
             return Ok(());
         }
         if moved {
-            deadline = Instant::now() + idle;
+            active = true;
+            // Both sides may keep up for long: give the worker's other
+            // connections their turn now and then.
+            tokio::task::coop::consume_budget().await;
             continue;
         }
-        wait(tls.socket(), want_c, backend, want_b, deadline, idle).await?;
+        // The clock is read once per wait, not once per move.
+        if std::mem::take(&mut active) {
+            idle_at.reset(Instant::now() + idle);
+        }
+        wait(tls.socket(), want_c, backend, want_b, &mut idle_at, idle).await?;
     }
 }
 
@@ -279,6 +289,8 @@ pub async fn userspace(
 ) -> Result<(), RelayError> {
     let mut s = Sides::default();
     let mut deadline = Instant::now() + idle;
+    let mut idle_at = Deadline::at(deadline);
+    let mut active = false;
     loop {
         let mut want_c: Option<Interest> = None;
         let mut want_b: Option<Interest> = None;
@@ -369,16 +381,25 @@ pub async fn userspace(
             return Ok(());
         }
         if moved {
-            deadline = Instant::now() + idle;
+            active = true;
+            // Both sides may keep up for long: give the worker's other
+            // connections their turn now and then.
+            tokio::task::coop::consume_budget().await;
             continue;
+        }
+        let now = Instant::now();
+        if std::mem::take(&mut active) {
+            deadline = now + idle;
+            idle_at.reset(deadline);
         }
         // A quiet connection keeps no buffers: after a short grace, drop
         // them until something arrives.
-        let grace = (Instant::now() + IDLE_GRACE).min(deadline);
-        match wait(tls.socket(), want_c, backend, want_b, grace, idle).await {
+        let grace = (now + IDLE_GRACE).min(deadline);
+        let mut grace_at = Deadline::at(grace);
+        match wait(tls.socket(), want_c, backend, want_b, &mut grace_at, idle).await {
             Err(RelayError::Idle(_)) if grace < deadline => {
                 tls.release_buffers();
-                wait(tls.socket(), want_c, backend, want_b, deadline, idle).await?;
+                wait(tls.socket(), want_c, backend, want_b, &mut idle_at, idle).await?;
             }
             r => r?,
         }
@@ -389,7 +410,9 @@ fn add(want: &mut Option<Interest>, i: Interest) {
     *want = Some(want.map_or(i, |w| w | i));
 }
 
-/// Sleep until a wanted readiness, or the idle deadline. A side we want
+/// Sleep until a wanted readiness, or the idle deadline (on a worker, its
+/// coarse timers: no tokio timer, so no timeout on the worker's
+/// `epoll_wait` for every wait of a busy relay). A side we want
 /// nothing from is not polled at all: its error readiness (after a reset)
 /// would stay set and turn this loop into a spin; its errors surface at the
 /// next operation on it instead.
@@ -398,7 +421,7 @@ async fn wait(
     want_c: Option<Interest>,
     backend: &Backend,
     want_b: Option<Interest>,
-    deadline: Instant,
+    deadline: &mut Deadline,
     idle: Duration,
 ) -> Result<(), RelayError> {
     let c = async {
@@ -416,7 +439,7 @@ async fn wait(
     tokio::select! {
         // The deadline first: no busy loop can outlive the idle timeout.
         biased;
-        _ = tokio::time::sleep_until(deadline) => return Err(RelayError::Idle(idle)),
+        _ = deadline => return Err(RelayError::Idle(idle)),
         r = c => r.map_err(TransportError::from)?,
         r = b => r.map_err(RelayError::Backend)?,
     }

@@ -392,6 +392,42 @@ pub fn timeout<F: Future>(d: Duration, f: F) -> Timeout<F> {
     timeout_at(Instant::now() + d, f)
 }
 
+/// A deadline that can be moved, for a loop that waits many times under
+/// one idle timeout: it stays registered across waits, and moving it within
+/// the same tick changes nothing. On a worker it is ready at the first tick
+/// at or after the deadline; elsewhere tokio's timer serves it.
+pub struct Deadline(Clock);
+
+impl Deadline {
+    pub fn at(deadline: Instant) -> Deadline {
+        Deadline(Clock::until(deadline))
+    }
+
+    /// Move the deadline (earlier or later).
+    pub fn reset(&mut self, deadline: Instant) {
+        match &mut self.0 {
+            Clock::Worker(s) => {
+                let tick = s.timers.tick_of(deadline) + 1;
+                if tick != s.tick {
+                    if let Some(key) = s.key.take() {
+                        s.timers.state().release(key);
+                    }
+                    s.tick = tick;
+                }
+            }
+            Clock::Tokio(s) => s.as_mut().reset(deadline),
+        }
+    }
+}
+
+impl Future for Deadline {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.0.poll(cx)
+    }
+}
+
 /// Wait `d` (see [`timeout_at`]: on a worker, up to a tick more).
 pub async fn sleep(d: Duration) {
     let _ = timeout(d, std::future::pending::<()>()).await;
@@ -494,6 +530,44 @@ mod tests {
     fn futures_poll_once(f: Pin<&mut Sleep>) -> Poll<()> {
         let mut cx = Context::from_waker(Waker::noop());
         f.poll(&mut cx)
+    }
+
+    #[test]
+    fn a_moved_deadline_keeps_one_entry_and_fires_at_its_new_time() {
+        rt().block_on(async {
+            let t = Timers::start().unwrap();
+            let start = Instant::now();
+            let mut d = Deadline::at(start + Duration::from_secs(60));
+            let mut cx = Context::from_waker(Waker::noop());
+            assert!(Pin::new(&mut d).poll(&mut cx).is_pending());
+            // Moved within its tick: the same entry stays registered.
+            let key = match &d.0 {
+                Clock::Worker(s) => s.key,
+                Clock::Tokio(_) => panic!("not on the worker's timers"),
+            };
+            d.reset(start + Duration::from_secs(60) + Duration::from_nanos(1));
+            assert!(Pin::new(&mut d).poll(&mut cx).is_pending());
+            assert!(matches!(&d.0, Clock::Worker(s) if s.key == key));
+            assert_eq!(t.state().live, 1);
+            // Moved later, then earlier: one entry, due at the last time set.
+            d.reset(start + Duration::from_secs(120));
+            assert!(Pin::new(&mut d).poll(&mut cx).is_pending());
+            assert_eq!(t.state().live, 1);
+            d.reset(Instant::now() + 2 * TICK);
+            (&mut d).await;
+            let took = start.elapsed();
+            assert!(
+                took >= 2 * TICK && took <= 3 * TICK + Duration::from_millis(50),
+                "{took:?}"
+            );
+            assert_eq!(t.state().live, 0);
+            // Moved again after it fired: it waits again.
+            d.reset(Instant::now() + 2 * TICK);
+            assert!(Pin::new(&mut d).poll(&mut cx).is_pending());
+            assert_eq!(t.state().live, 1);
+            drop(d);
+            assert_eq!(t.state().live, 0);
+        });
     }
 
     #[test]
