@@ -512,3 +512,68 @@ fn key_update_from_the_client() {
     }
     assert_eq!(stat.delta("TlsDecryptError"), 0);
 }
+
+/// A bulk upload with KeyUpdates between its records. The kTLS relay reads
+/// the client's next records into a second pipe while the first still
+/// holds some, and that read-ahead must stop at a control record: every
+/// byte reaches the backend in order, under each of its four keys. Where
+/// kTLS cannot rekey (kernels before 6.14) the proxy ends the connection
+/// cleanly at the first KeyUpdate instead, as `key_update_from_the_client`
+/// shows with small lines.
+#[test]
+fn bulk_upload_across_key_updates_arrives_intact() {
+    let _g = serial();
+    let reporter = backend(peers::reporter).to_string();
+    let server = Server::proxy(&reporter, &[]);
+    // Before the counters start: `tlsfront check` rekeys sockets of its own.
+    let (ktls, rekey) = (ktls_expected(), ktls_rekey());
+    let stat = StatDelta::start();
+    let data = content((6 << 20) + 12345, 21);
+    let ca = server.ca();
+    let rt = rt();
+    let got = within(&rt, 120, async {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", server.port)).await?;
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(client_config(&ca))
+            .connect(name, tcp)
+            .await?;
+        for (i, part) in data.chunks(2 << 20).enumerate() {
+            if i > 0 {
+                // Sent before the next record; asks the proxy to update
+                // its own key as well.
+                tls.get_mut()
+                    .1
+                    .refresh_traffic_keys()
+                    .map_err(std::io::Error::other)?;
+            }
+            tls.write_all(part).await?;
+        }
+        tls.shutdown().await?;
+        let mut got = Vec::new();
+        tls.read_to_end(&mut got).await?;
+        Ok::<_, std::io::Error>(got)
+    })
+    .expect("the upload timed out");
+    if ktls && !rekey {
+        let (_, report) = server.stop();
+        assert!(report.contains("keyupdate_unsupported 1"), "{report}");
+    } else {
+        let got = got.expect("upload through the proxy");
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            format!("{} {}", data.len(), sha256(&data))
+        );
+        if ktls {
+            // One rekey each way per KeyUpdate: the client's, and ours in
+            // answer to its request.
+            let updates = data.chunks(2 << 20).count() as u64 - 1;
+            assert_eq!(stat.delta("TlsRxRekeyOk"), updates, "TlsRxRekeyOk");
+            assert_eq!(stat.delta("TlsTxRekeyOk"), updates, "TlsTxRekeyOk");
+            assert_eq!(stat.delta("TlsRxRekeyError"), 0);
+            assert_eq!(stat.delta("TlsTxRekeyError"), 0);
+        }
+        let report = server.stop_and_check_path(1);
+        assert!(report.contains("errors: none"), "{report}");
+    }
+    assert_eq!(stat.delta("TlsDecryptError"), 0);
+}

@@ -2,8 +2,9 @@
 //! once, in one task per connection driven by socket readiness.
 //!
 //! kTLS path: `splice(client → pipe → backend)` and `splice(backend → pipe
-//! → client)`, one pipe per direction, so the bytes never enter user space;
-//! the kernel decrypts on the way in and encrypts on the way out. `splice()`
+//! → client)`, one pipe per direction (a second one reads a bulk upload's
+//! next records ahead), so the bytes never enter user space; the kernel
+//! decrypts on the way in and encrypts on the way out. `splice()`
 //! refuses control records (EINVAL on 6.1, EIO elsewhere): the record is
 //! then taken with `recvmsg` by the kTLS stream (close_notify, alerts,
 //! KeyUpdate), and splicing resumes.
@@ -39,6 +40,9 @@ const IDLE_GRACE: Duration = Duration::from_millis(50);
 
 /// Per-direction buffering: a pipe's default capacity (16 pages).
 const WINDOW: usize = 64 * 1024;
+
+/// The largest TLS record's plaintext: what kTLS puts in a full record.
+const RECORD: usize = 16 * 1024;
 
 /// What one read from the backend takes on the user-space path: four full
 /// records, encrypted together and written with one `sendto`.
@@ -136,9 +140,16 @@ pub async fn splice(
     idle: Duration,
     m: &Meter<'_>,
 ) -> Result<(), RelayError> {
-    let (c2b_r, c2b_w) = pipe().map_err(RelayError::Backend)?;
+    let mut c2b = pipe().map_err(RelayError::Backend)?;
     let (b2c_r, b2c_w) = pipe().map_err(RelayError::Backend)?;
     let (mut in_c2b, mut in_b2c) = (0usize, 0usize);
+    // The client's next records, read while `c2b` still holds the last
+    // ones: a second pipe, made on the first full record (a bulk upload).
+    let mut ahead: Option<(OwnedFd, OwnedFd)> = None;
+    let mut in_ahead = 0usize;
+    // A control record waits behind `c2b`: no read ahead until it is taken.
+    let mut ahead_blocked = false;
+    let mut no_ahead = false;
     // Plaintext that came out of `recv_once` instead of a pipe (rare).
     let mut side: Vec<u8> = Vec::new();
     let mut s = Sides::default();
@@ -154,9 +165,10 @@ pub async fn splice(
         // EAGAIN can only mean "no whole record yet".
         if !s.client_eof && in_c2b == 0 && side.is_empty() {
             let r = tls.socket().try_io(Interest::READABLE, || {
-                rustix::pipe::splice(tls.socket().as_fd(), None, &c2b_w, None, WINDOW, SPLICE)
+                rustix::pipe::splice(tls.socket().as_fd(), None, &c2b.1, None, WINDOW, SPLICE)
                     .map_err(io::Error::from)
             });
+            ahead_blocked = false;
             match r {
                 Ok(0) => s.client_eof = true,
                 Ok(n) => {
@@ -195,6 +207,42 @@ pub async fn splice(
                 Err(e) => return Err(tls.recv_failed(e).into()),
             }
         }
+        // Read ahead: with a whole record in hand and the next one already
+        // there, the backend's socket is told more follows (SPLICE_F_MORE),
+        // so TCP sends full segments rather than one per record. Into a
+        // second pipe, empty like the first was: kTLS RX must only splice
+        // into an empty pipe (the kernel's tls_sw_splice_read skips what a
+        // pipe short of free slots could not take).
+        let read_ahead =
+            !s.client_eof && in_c2b >= RECORD && in_ahead == 0 && side.is_empty() && !ahead_blocked;
+        if read_ahead && ahead.is_none() && !no_ahead {
+            // Out of descriptors, the relay just does not read ahead.
+            ahead = pipe().ok();
+            no_ahead = ahead.is_none();
+        }
+        if let Some((_, w)) = ahead.as_ref().filter(|_| read_ahead) {
+            let r = tls.socket().try_io(Interest::READABLE, || {
+                rustix::pipe::splice(tls.socket().as_fd(), None, w, None, WINDOW, SPLICE)
+                    .map_err(io::Error::from)
+            });
+            match r {
+                Ok(0) => s.client_eof = true,
+                Ok(n) => {
+                    in_ahead = n;
+                    tls.count_received(n as u64);
+                    m.bytes_in(Path::Ktls, n as u64);
+                    moved = true;
+                }
+                // Nothing more yet: the read above asks for readiness once
+                // `c2b` is empty.
+                Err(e) if would_block(&e) => {}
+                // A control record: taken by the read above, in order.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::EIO)) => {
+                    ahead_blocked = true
+                }
+                Err(e) => return Err(tls.recv_failed(e).into()),
+            }
+        }
         if !side.is_empty() {
             match backend.try_write(&side) {
                 Ok(n) => {
@@ -206,8 +254,13 @@ pub async fn splice(
             }
         }
         if in_c2b > 0 {
+            let flags = if in_ahead > 0 {
+                SPLICE | SpliceFlags::MORE
+            } else {
+                SPLICE
+            };
             let r = backend.try_io(Interest::WRITABLE, || {
-                rustix::pipe::splice(&c2b_r, None, backend.fd(), None, in_c2b, SPLICE)
+                rustix::pipe::splice(&c2b.0, None, backend.fd(), None, in_c2b, flags)
                     .map_err(io::Error::from)
             });
             match r {
@@ -219,7 +272,13 @@ pub async fn splice(
                 Err(e) => return Err(RelayError::Backend(e)),
             }
         }
-        if s.client_eof && in_c2b == 0 && side.is_empty() && !s.backend_shut {
+        if in_c2b == 0 && in_ahead > 0 {
+            if let Some(p) = ahead.as_mut() {
+                std::mem::swap(&mut c2b, p);
+                in_c2b = std::mem::take(&mut in_ahead);
+            }
+        }
+        if s.client_eof && in_c2b == 0 && in_ahead == 0 && side.is_empty() && !s.backend_shut {
             let _ = backend.shutdown_write();
             s.backend_shut = true;
         }
