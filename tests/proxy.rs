@@ -577,3 +577,28 @@ fn bulk_upload_across_key_updates_arrives_intact() {
     }
     assert_eq!(stat.delta("TlsDecryptError"), 0);
 }
+
+/// Past the user's pipe budget the kernel gives new pipes two slots, too
+/// few for kTLS to splice a record into safely; the relay then reads the
+/// client's records by copy. (A debug-build switch stands in for the
+/// exhausted budget.) Every size still arrives intact both ways, and the
+/// backend's bytes still go out by splice.
+#[test]
+fn without_a_pipe_fit_for_ktls_uploads_are_copied_intact() {
+    let _g = serial();
+    let echo = backend(peers::echo).to_string();
+    let server = Server::proxy_with_env(&["TLSFRONT_TEST_NO_RX_PIPE=1"], &echo, &[]);
+    let rt = rt();
+    let mut sizes: Vec<usize> = SIZES.to_vec();
+    sizes.push(3 * 65536 + 7);
+    for (i, size) in sizes.iter().enumerate() {
+        let data = content(*size, 300 + i as u64);
+        let back = within(&rt, 120, session(server.port, &server.ca(), b"", &data))
+            .expect("echo timed out")
+            .unwrap_or_else(|e| panic!("size {size}: {e}"));
+        assert_eq!(back.len(), data.len(), "size {size}");
+        assert_eq!(sha256(&back), sha256(&data), "size {size}: echo differs");
+    }
+    let report = server.stop_and_check_path(sizes.len() as u64);
+    assert!(report.contains("errors: none"), "{report}");
+}

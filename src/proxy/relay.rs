@@ -129,6 +129,33 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
         .map_err(io::Error::from)
 }
 
+/// A pipe for splices out of a kTLS socket, or `None` when the kernel would
+/// only give a smaller one than [`WINDOW`]: past the user's pipe budget
+/// (`/proc/sys/fs/pipe-user-pages-soft`) a new pipe gets two slots, and a
+/// record that does not fit the slots left is cut short by the kernel's
+/// `tls_sw_splice_read` without an error.
+fn rx_pipe() -> io::Result<Option<(OwnedFd, OwnedFd)>> {
+    // In debug builds (the tests'), `TLSFRONT_TEST_NO_RX_PIPE=1` acts as if
+    // every pipe were too small, so the copying path is tested too.
+    #[cfg(debug_assertions)]
+    if std::env::var_os("TLSFRONT_TEST_NO_RX_PIPE").is_some_and(|v| v == "1") {
+        return Ok(None);
+    }
+    let p = pipe()?;
+    let size = |p: &(OwnedFd, OwnedFd)| rustix::pipe::fcntl_getpipe_size(&p.1).unwrap_or(0);
+    if size(&p) >= WINDOW {
+        return Ok(Some(p));
+    }
+    let _ = rustix::pipe::fcntl_setpipe_size(&p.1, WINDOW);
+    Ok((size(&p) >= WINDOW).then_some(p))
+}
+
+/// What `splice()` from a kTLS socket returns for a record it will not
+/// splice: a control record (EINVAL on 6.1, EIO later).
+fn refused_by_splice(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::EIO))
+}
+
 const SPLICE: SpliceFlags = SpliceFlags::NONBLOCK.union(SpliceFlags::MOVE);
 
 /// The kTLS + splice relay. (The streams stay boxed: an async fn keeps
@@ -140,16 +167,22 @@ pub async fn splice(
     idle: Duration,
     m: &Meter<'_>,
 ) -> Result<(), RelayError> {
-    let mut c2b = pipe().map_err(RelayError::Backend)?;
+    // `None`: no pipe kTLS can safely splice into; the client's records
+    // are then read by copy (see `rx_pipe`).
+    let mut c2b = rx_pipe().map_err(RelayError::Backend)?;
     let (b2c_r, b2c_w) = pipe().map_err(RelayError::Backend)?;
     let (mut in_c2b, mut in_b2c) = (0usize, 0usize);
     // The client's next records, read while `c2b` still holds the last
     // ones: a second pipe, made on the first full record (a bulk upload).
     let mut ahead: Option<(OwnedFd, OwnedFd)> = None;
     let mut in_ahead = 0usize;
-    // A control record waits behind `c2b`: no read ahead until it is taken.
+    // Something other than a record waits behind `c2b` (a control record,
+    // an empty record, the end): no read ahead until the read below has
+    // taken it, in order.
     let mut ahead_blocked = false;
     let mut no_ahead = false;
+    // An error the read-ahead met: raised once what `c2b` holds is through.
+    let mut ahead_err: Option<io::Error> = None;
     // Plaintext that came out of `recv_once` instead of a pipe (rare).
     let mut side: Vec<u8> = Vec::new();
     let mut s = Sides::default();
@@ -164,22 +197,30 @@ pub async fn splice(
         // Client -> backend. Fill the pipe only when it is empty, so that
         // EAGAIN can only mean "no whole record yet".
         if !s.client_eof && in_c2b == 0 && side.is_empty() {
-            let r = tls.socket().try_io(Interest::READABLE, || {
-                rustix::pipe::splice(tls.socket().as_fd(), None, &c2b.1, None, WINDOW, SPLICE)
-                    .map_err(io::Error::from)
-            });
+            if let Some(e) = ahead_err.take() {
+                return Err(tls.recv_failed(e).into());
+            }
             ahead_blocked = false;
+            let r = c2b.as_ref().map(|(_, w)| {
+                tls.socket().try_io(Interest::READABLE, || {
+                    rustix::pipe::splice(tls.socket().as_fd(), None, w, None, WINDOW, SPLICE)
+                        .map_err(io::Error::from)
+                })
+            });
             match r {
-                Ok(0) => s.client_eof = true,
-                Ok(n) => {
+                Some(Ok(n)) if n > 0 => {
                     in_c2b = n;
                     tls.count_received(n as u64);
                     m.bytes_in(Path::Ktls, n as u64);
                     moved = true;
                 }
-                Err(e) if would_block(&e) => add(&mut want_c, Interest::READABLE),
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::EIO)) => {
-                    // A control record heads the queue.
+                Some(Err(e)) if would_block(&e) => add(&mut want_c, Interest::READABLE),
+                Some(Err(e)) if !refused_by_splice(&e) => return Err(tls.recv_failed(e).into()),
+                // A control record heads the queue (`splice()` refuses
+                // it), or `splice()` read nothing (the end, or an empty
+                // record, which TLS 1.3 allows and is not the end), or
+                // there is no pipe: one record by copy.
+                _ => {
                     let mut buf = vec![0u8; 16 * 1024 + 512];
                     let got = match tls.recv_once(&mut buf).await {
                         Err(TransportError::KeyUpdateUnsupported) => {
@@ -204,7 +245,6 @@ pub async fn splice(
                         Recv::WouldBlock => add(&mut want_c, Interest::READABLE),
                     }
                 }
-                Err(e) => return Err(tls.recv_failed(e).into()),
             }
         }
         // Read ahead: with a whole record in hand and the next one already
@@ -216,8 +256,8 @@ pub async fn splice(
         let read_ahead =
             !s.client_eof && in_c2b >= RECORD && in_ahead == 0 && side.is_empty() && !ahead_blocked;
         if read_ahead && ahead.is_none() && !no_ahead {
-            // Out of descriptors, the relay just does not read ahead.
-            ahead = pipe().ok();
+            // Without a pipe fit for it, the relay just does not read ahead.
+            ahead = rx_pipe().ok().flatten();
             no_ahead = ahead.is_none();
         }
         if let Some((_, w)) = ahead.as_ref().filter(|_| read_ahead) {
@@ -226,8 +266,7 @@ pub async fn splice(
                     .map_err(io::Error::from)
             });
             match r {
-                Ok(0) => s.client_eof = true,
-                Ok(n) => {
+                Ok(n) if n > 0 => {
                     in_ahead = n;
                     tls.count_received(n as u64);
                     m.bytes_in(Path::Ktls, n as u64);
@@ -236,11 +275,17 @@ pub async fn splice(
                 // Nothing more yet: the read above asks for readiness once
                 // `c2b` is empty.
                 Err(e) if would_block(&e) => {}
-                // A control record: taken by the read above, in order.
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::EIO)) => {
-                    ahead_blocked = true
+                // Anything else waits for the read above, behind what
+                // `c2b` holds: a control record or nothing read (taken
+                // there, in order), or an error (raised there, so the
+                // records before it still reach the backend).
+                Ok(_) => ahead_blocked = true,
+                Err(e) => {
+                    ahead_blocked = true;
+                    if !refused_by_splice(&e) {
+                        ahead_err = Some(e);
+                    }
                 }
-                Err(e) => return Err(tls.recv_failed(e).into()),
             }
         }
         if !side.is_empty() {
@@ -253,14 +298,14 @@ pub async fn splice(
                 Err(e) => return Err(RelayError::Backend(e)),
             }
         }
-        if in_c2b > 0 {
+        if let Some((r, _)) = c2b.as_ref().filter(|_| in_c2b > 0) {
             let flags = if in_ahead > 0 {
                 SPLICE | SpliceFlags::MORE
             } else {
                 SPLICE
             };
             let r = backend.try_io(Interest::WRITABLE, || {
-                rustix::pipe::splice(&c2b.0, None, backend.fd(), None, in_c2b, flags)
+                rustix::pipe::splice(r, None, backend.fd(), None, in_c2b, flags)
                     .map_err(io::Error::from)
             });
             match r {
@@ -273,8 +318,8 @@ pub async fn splice(
             }
         }
         if in_c2b == 0 && in_ahead > 0 {
-            if let Some(p) = ahead.as_mut() {
-                std::mem::swap(&mut c2b, p);
+            if let (Some(p), Some(a)) = (c2b.as_mut(), ahead.as_mut()) {
+                std::mem::swap(p, a);
                 in_c2b = std::mem::take(&mut in_ahead);
             }
         }

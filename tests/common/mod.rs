@@ -238,6 +238,12 @@ impl Server {
         Server::spawn(&["proxy", "--backend", backend], extra)
     }
 
+    /// `tlsfront proxy` with extra environment variables (`NAME=value`).
+    pub fn proxy_with_env(vars: &[&str], backend: &str, extra: &[&str]) -> Server {
+        let wrapper: Vec<&str> = std::iter::once("env").chain(vars.iter().copied()).collect();
+        Server::spawn_via(&wrapper, &["proxy", "--backend", backend], extra)
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
