@@ -478,8 +478,12 @@ impl Transport for KtlsStream {
                     self.tx_records += records_for(n as u64);
                     data = &data[n..];
                     // A client that keeps up never makes us wait: give the
-                    // worker's other connections their turn now and then.
-                    tokio::task::coop::consume_budget().await;
+                    // worker's other connections their turn now and then
+                    // (not after the last send: a write that is done is
+                    // not held back, nor timed out while it yields).
+                    if !data.is_empty() {
+                        tokio::task::coop::consume_budget().await;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.writable().await?,
                 Err(e) => return Err(e.into()),
@@ -512,7 +516,9 @@ impl Transport for KtlsStream {
                     // A partial send may close a record early: count one more.
                     self.tx_records += records_for(n as u64) + 1;
                     offset += n as u64;
-                    tokio::task::coop::consume_budget().await;
+                    if offset < end {
+                        tokio::task::coop::consume_budget().await;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.writable().await?,
                 Err(e) => return Err(e.into()),
