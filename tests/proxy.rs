@@ -518,17 +518,19 @@ fn key_update_from_the_client() {
 /// holds some, and that read-ahead must stop at a control record: every
 /// byte reaches the backend in order, under each of its four keys. Where
 /// kTLS cannot rekey (kernels before 6.14) the proxy ends the connection
-/// cleanly at the first KeyUpdate instead, as `key_update_from_the_client`
-/// shows with small lines.
+/// cleanly at the first KeyUpdate instead, after every byte before it
+/// reached the backend.
 #[test]
 fn bulk_upload_across_key_updates_arrives_intact() {
     let _g = serial();
-    let reporter = backend(peers::reporter).to_string();
-    let server = Server::proxy(&reporter, &[]);
+    let (recorder, received) = peers::recorder();
+    let server = Server::proxy(&recorder.to_string(), &[]);
     // Before the counters start: `tlsfront check` rekeys sockets of its own.
     let (ktls, rekey) = (ktls_expected(), ktls_rekey());
     let stat = StatDelta::start();
-    let data = content((6 << 20) + 12345, 21);
+    // Parts with a KeyUpdate between them.
+    const PART: usize = 2 << 20;
+    let data = content(3 * PART + 12345, 21);
     let ca = server.ca();
     let rt = rt();
     let got = within(&rt, 120, async {
@@ -537,7 +539,7 @@ fn bulk_upload_across_key_updates_arrives_intact() {
         let mut tls = tokio_rustls::TlsConnector::from(client_config(&ca))
             .connect(name, tcp)
             .await?;
-        for (i, part) in data.chunks(2 << 20).enumerate() {
+        for (i, part) in data.chunks(PART).enumerate() {
             if i > 0 {
                 // Sent before the next record; asks the proxy to update
                 // its own key as well.
@@ -557,6 +559,14 @@ fn bulk_upload_across_key_updates_arrives_intact() {
     if ktls && !rekey {
         let (_, report) = server.stop();
         assert!(report.contains("keyupdate_unsupported 1"), "{report}");
+        let before = received
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the backend connection did not end");
+        assert_eq!(
+            (before.len(), sha256(&before)),
+            (PART, sha256(&data[..PART])),
+            "the backend did not get exactly the bytes before the first KeyUpdate"
+        );
     } else {
         let got = got.expect("upload through the proxy");
         assert_eq!(
@@ -566,7 +576,7 @@ fn bulk_upload_across_key_updates_arrives_intact() {
         if ktls {
             // One rekey each way per KeyUpdate: the client's, and ours in
             // answer to its request.
-            let updates = data.chunks(2 << 20).count() as u64 - 1;
+            let updates = data.chunks(PART).count() as u64 - 1;
             assert_eq!(stat.delta("TlsRxRekeyOk"), updates, "TlsRxRekeyOk");
             assert_eq!(stat.delta("TlsTxRekeyOk"), updates, "TlsTxRekeyOk");
             assert_eq!(stat.delta("TlsRxRekeyError"), 0);

@@ -140,7 +140,7 @@ impl KtlsStream {
     /// Make room for `records` more outgoing records under the current key:
     /// rekey (TLS 1.3 on a kernel that allows it) or refuse.
     async fn reserve_tx(&mut self, records: u64) -> Result<(), TransportError> {
-        if self.tx_records.saturating_add(records) < self.limit {
+        if !self.tx_key_spent(records) {
             return Ok(());
         }
         if self.version != Version::Tls13 || !self.rekey {
@@ -406,6 +406,16 @@ impl KtlsStream {
     /// record limit, rekeying if the kernel allows.
     pub async fn reserve_for(&mut self, bytes: u64) -> Result<(), TransportError> {
         self.reserve_tx(records_for(bytes) + 1).await
+    }
+
+    /// Whether [`Self::reserve_for`] `bytes` must first rekey (and so
+    /// wait on the client).
+    pub fn rekey_due(&self, bytes: u64) -> bool {
+        self.tx_key_spent(records_for(bytes) + 1)
+    }
+
+    fn tx_key_spent(&self, records: u64) -> bool {
+        self.tx_records.saturating_add(records) >= self.limit
     }
 
     /// After writing `bytes` by other means (splice).

@@ -125,6 +125,15 @@ impl Backend {
         Ok(())
     }
 
+    /// Send at once what a write with `SPLICE_F_MORE` left queued:
+    /// setting `TCP_NODELAY` (already set) pushes pending segments. A Unix
+    /// socket holds nothing back.
+    pub fn push(&self) {
+        if let Backend::Tcp(s) = self {
+            let _ = s.set_nodelay(true);
+        }
+    }
+
     pub fn shutdown_write(&self) -> io::Result<()> {
         rustix::net::shutdown(self.fd(), rustix::net::Shutdown::Write).map_err(io::Error::from)
     }

@@ -158,6 +158,20 @@ fn refused_by_splice(e: &io::Error) -> bool {
 
 const SPLICE: SpliceFlags = SpliceFlags::NONBLOCK.union(SpliceFlags::MOVE);
 
+/// Splice the client's decrypted records into `w`, an empty pipe (kTLS RX
+/// must only splice into one: see `rx_pipe`), and count what came.
+fn splice_in(tls: &mut KtlsStream, w: &OwnedFd, m: &Meter<'_>) -> io::Result<usize> {
+    let n = tls.socket().try_io(Interest::READABLE, || {
+        rustix::pipe::splice(tls.socket().as_fd(), None, w, None, WINDOW, SPLICE)
+            .map_err(io::Error::from)
+    })?;
+    if n > 0 {
+        tls.count_received(n as u64);
+        m.bytes_in(Path::Ktls, n as u64);
+    }
+    Ok(n)
+}
+
 /// The kTLS + splice relay. (The streams stay boxed: an async fn keeps
 /// its arguments twice over in its state, and the state is what a
 /// connection costs.)
@@ -183,6 +197,9 @@ pub async fn splice(
     let mut no_ahead = false;
     // An error the read-ahead met: raised once what `c2b` holds is through.
     let mut ahead_err: Option<io::Error> = None;
+    // The last write to the backend said more follows: TCP may hold its
+    // tail until the next one, so nothing may wait on the client before.
+    let mut held = false;
     // Plaintext that came out of `recv_once` instead of a pipe (rare).
     let mut side: Vec<u8> = Vec::new();
     let mut s = Sides::default();
@@ -201,17 +218,9 @@ pub async fn splice(
                 return Err(tls.recv_failed(e).into());
             }
             ahead_blocked = false;
-            let r = c2b.as_ref().map(|(_, w)| {
-                tls.socket().try_io(Interest::READABLE, || {
-                    rustix::pipe::splice(tls.socket().as_fd(), None, w, None, WINDOW, SPLICE)
-                        .map_err(io::Error::from)
-                })
-            });
-            match r {
+            match c2b.as_ref().map(|(_, w)| splice_in(&mut tls, w, m)) {
                 Some(Ok(n)) if n > 0 => {
                     in_c2b = n;
-                    tls.count_received(n as u64);
-                    m.bytes_in(Path::Ktls, n as u64);
                     moved = true;
                 }
                 Some(Err(e)) if would_block(&e) => add(&mut want_c, Interest::READABLE),
@@ -261,15 +270,9 @@ pub async fn splice(
             no_ahead = ahead.is_none();
         }
         if let Some((_, w)) = ahead.as_ref().filter(|_| read_ahead) {
-            let r = tls.socket().try_io(Interest::READABLE, || {
-                rustix::pipe::splice(tls.socket().as_fd(), None, w, None, WINDOW, SPLICE)
-                    .map_err(io::Error::from)
-            });
-            match r {
+            match splice_in(&mut tls, w, m) {
                 Ok(n) if n > 0 => {
                     in_ahead = n;
-                    tls.count_received(n as u64);
-                    m.bytes_in(Path::Ktls, n as u64);
                     moved = true;
                 }
                 // Nothing more yet: the read above asks for readiness once
@@ -311,6 +314,7 @@ pub async fn splice(
             match r {
                 Ok(n) => {
                     in_c2b -= n;
+                    held = flags.contains(SpliceFlags::MORE);
                     moved = true;
                 }
                 Err(e) if would_block(&e) => add(&mut want_b, Interest::WRITABLE),
@@ -344,6 +348,12 @@ pub async fn splice(
                 Err(e) => return Err(RelayError::Backend(e)),
             }
         }
+        // Waits on the client below (a rekey, the close) come after the
+        // backend has what the last write held back.
+        if held && in_b2c > 0 && tls.rekey_due(in_b2c as u64) {
+            backend.push();
+            held = false;
+        }
         if in_b2c > 0 {
             tls.reserve_for(in_b2c as u64).await?;
             let r = tls.socket().try_io(Interest::WRITABLE, || {
@@ -362,6 +372,9 @@ pub async fn splice(
             }
         }
         if s.backend_eof && in_b2c == 0 && !s.client_shut {
+            if std::mem::take(&mut held) {
+                backend.push();
+            }
             tls.close().await?;
             s.client_shut = true;
         }
@@ -391,9 +404,42 @@ pub async fn userspace(
     idle: Duration,
     m: &Meter<'_>,
 ) -> Result<(), RelayError> {
+    let r = userspace_relay(&mut tls, backend, idle, m).await;
+    if let Err(RelayError::Client(_)) = r {
+        // What the client's records held before the one that failed (a
+        // record that does not decrypt, a reset) was authenticated: it is
+        // the client's, and still goes to the backend, as with kTLS.
+        let _ = crate::server::timer::timeout(idle, deliver(&mut tls, backend, m)).await;
+    }
+    r
+}
+
+/// Write all decrypted plaintext to the backend.
+async fn deliver(tls: &mut UserTls, backend: &Backend, m: &Meter<'_>) -> io::Result<()> {
+    while tls.pending_plain() > 0 {
+        match backend.try_write(tls.plaintext()) {
+            Ok(n) => {
+                tls.consume_plaintext(n);
+                m.bytes_in(Path::Userspace, n as u64);
+            }
+            Err(e) if would_block(&e) => backend.ready(Interest::WRITABLE).await.map(drop)?,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+async fn userspace_relay(
+    tls: &mut UserTls,
+    backend: &Backend,
+    idle: Duration,
+    m: &Meter<'_>,
+) -> Result<(), RelayError> {
     let mut s = Sides::default();
     let mut deadline = Instant::now() + idle;
     let mut idle_at = Deadline::at(deadline);
+    // Moved before every wait; within its tick that changes nothing.
+    let mut grace_at = Deadline::at(deadline);
     let mut active = false;
     loop {
         let mut want_c: Option<Interest> = None;
@@ -499,7 +545,7 @@ pub async fn userspace(
         // A quiet connection keeps no buffers: after a short grace, drop
         // them until something arrives.
         let grace = (now + IDLE_GRACE).min(deadline);
-        let mut grace_at = Deadline::at(grace);
+        grace_at.reset(grace);
         match wait(tls.socket(), want_c, backend, want_b, &mut grace_at, idle).await {
             Err(RelayError::Idle(_)) if grace < deadline => {
                 tls.release_buffers();

@@ -1,5 +1,5 @@
 //! Real peers for the proxy tests: backends written here (echo, sink,
-//! reporter, closer) and Debian's nginx and HAProxy with PROXY protocol.
+//! reporter, recorder, closer) and Debian's nginx and HAProxy with PROXY protocol.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -40,6 +40,27 @@ pub fn reporter(mut c: TcpStream) {
     let _ = c.read_to_end(&mut all);
     let _ = write!(c, "{} {}", all.len(), super::sha256(&all));
     let _ = c.shutdown(Shutdown::Write);
+}
+
+/// A [`reporter`] that also hands the test what each connection brought,
+/// once it ended.
+pub fn recorder() -> (SocketAddr, std::sync::mpsc::Receiver<Vec<u8>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut all = Vec::new();
+                let _ = c.read_to_end(&mut all);
+                let _ = write!(c, "{} {}", all.len(), super::sha256(&all));
+                let _ = c.shutdown(Shutdown::Write);
+                let _ = tx.send(all);
+            });
+        }
+    });
+    (addr, rx)
 }
 
 /// Send a greeting and close our side at once, then read to EOF and

@@ -67,6 +67,12 @@ def make_cert(d, kind):
     return cert, key
 
 
+# What the echo backend received, per connection, once it closed: its
+# first MARK bytes -> how many bytes came in all.
+RECEIVED = {}
+MARK = 16
+
+
 def echo_backend():
     """A plain-TCP echo server for the proxy; returns its port."""
     ls = socket.socket()
@@ -74,15 +80,22 @@ def echo_backend():
     ls.listen(64)
 
     def serve(c):
+        head, total = b"", 0
         with c:
             while True:
                 try:
                     b = c.recv(65536)
                 except OSError:
-                    return
+                    b = b""
                 if not b:
+                    RECEIVED[head[:MARK]] = total
                     return
-                c.sendall(b)
+                head = head if len(head) >= MARK else head + b[:MARK]
+                total += len(b)
+                try:
+                    c.sendall(b)
+                except OSError:
+                    pass
 
     def loop():
         while True:
@@ -423,6 +436,72 @@ def oversized(version):
     return case
 
 
+def bulk_records(n):
+    """n full records' worth of plaintext, starting with a fresh mark."""
+    return os.urandom(MARK) + b"u" * (n * 2**14 - MARK)
+
+
+def received_by_backend(mark):
+    """What the echo backend got on the connection that began with `mark`,
+    once that connection closed."""
+    end = time.monotonic() + SAFETY
+    while mark not in RECEIVED:
+        assert time.monotonic() < end, "the backend connection never closed"
+        time.sleep(0.05)
+    return RECEIVED.pop(mark)
+
+
+def corrupted_behind_upload(version):
+    """A bulk upload whose last record does not decrypt: the client gets
+    bad_record_mac, and every record before it still reaches the backend
+    (with kTLS, the proxy has read the next records ahead into a second
+    pipe while the first one went out)."""
+    def case(srv):
+        errors = tls_stat("TlsDecryptError")
+        s, c = handshaken(srv, version)
+        # All in one burst, so the records behind the first are there when
+        # it is read.
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        data = bulk_records(6)
+        c.write(data)
+        s.sendall(record(APPDATA, os.urandom(64), b"\x03\x03"))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+        expect_tls_alert(c, BAD_RECORD_MAC)
+        got = received_by_backend(data[:MARK])
+        assert got == len(data), f"the backend got {got} of the {len(data)} bytes before the bad record"
+        if KTLS:
+            assert tls_stat("TlsDecryptError") > errors, "the kernel did not see the record"
+    return case
+
+
+def empty_records_in_upload(version):
+    """Empty application_data records (allowed in TLS 1.2 and 1.3) amid a
+    bulk upload are skipped, not taken for the client's end: everything is
+    echoed back in order and the connection goes on."""
+    def case(srv):
+        s, c = handshaken(srv, version)
+        try:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+            parts = [bulk_records(3), bulk_records(3)]
+            c.write(parts[0])
+            c.write(b"")
+            c.write(b"")
+            c.write(parts[1])
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+            want = b"".join(parts)
+            got = bytearray()
+            while len(got) < len(want):
+                b = c.read()
+                assert b, f"closed after {len(got)} of {len(want)} bytes"
+                got += b
+            assert bytes(got) == want, "the echo differs from what was sent"
+            c.write(b"and on")
+            assert c.read() == b"and on"
+        finally:
+            s.close()
+    return case
+
+
 def padded_exchange(srv):
     """Two requests (serve) or echoes (proxy) in TLS 1.3 records padded by
     100 bytes each, answered in full."""
@@ -500,6 +579,14 @@ CASES = [
     ("padded records after a TLS 1.3 handshake", padded_records),
 ]
 
+# The proxy's: records it relays to a backend.
+PROXY_CASES = [
+    ("corrupted record behind a TLS 1.3 bulk upload", corrupted_behind_upload((3, 4))),
+    ("corrupted record behind a TLS 1.2 bulk upload", corrupted_behind_upload((3, 3))),
+    ("empty records in a TLS 1.3 bulk upload", empty_records_in_upload((3, 4))),
+    ("empty records in a TLS 1.2 bulk upload", empty_records_in_upload((3, 3))),
+]
+
 # The metrics labels of the refusals the cases above provoke.
 REFUSAL_LABELS = ("hello_inappropriate_fallback", "hello_obsolete_version",
                   "hello_renegotiation_info", "plaintext_on_tls_port")
@@ -514,7 +601,7 @@ def main():
         for kind in ("ecdsa", "rsa"):
             with tempfile.TemporaryDirectory() as tmp:
                 srv = Server(binary, mode, kind, tmp)
-                for title, case in CASES:
+                for title, case in CASES + (PROXY_CASES if mode == "proxy" else []):
                     name = f"{srv.name()}: {title}"
                     try:
                         case(srv)
