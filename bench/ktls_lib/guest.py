@@ -466,6 +466,79 @@ def http_get(s, path, close=False):
     return length
 
 
+# ---------------------------------------------------------------- profiles
+
+# One sample per this many nanoseconds of CPU time: under icount, per this
+# many guest instructions.
+PROFILE_PERIOD = 50000
+
+
+class Profile:
+    """`perf record -a -g` around one case: started with its events off,
+    switched on and off through perf's control fifo (so its own start-up,
+    which reads every process's maps, is not sampled), then reported for the
+    server's processes only."""
+
+    def __init__(self, tag):
+        self.data = os.path.join(RUN, f"perf-{tag}.data")
+        # Kernel symbols by name (the guest is thrown away afterwards).
+        for knob, v in (("kptr_restrict", "0"), ("perf_event_paranoid", "-1")):
+            with open(f"/proc/sys/kernel/{knob}", "w") as f:
+                f.write(v)
+        ctl, ack = os.path.join(RUN, "perf-ctl"), os.path.join(RUN, "perf-ack")
+        for f in (ctl, ack):
+            if os.path.exists(f):
+                os.unlink(f)
+            os.mkfifo(f)
+        self.err = open(os.path.join(RUN, "perf.log"), "ab")
+        self.p = subprocess.Popen(
+            ["perf", "record", "-a", "-g", "-e", "cpu-clock", "-c", str(PROFILE_PERIOD),
+             "-D", "-1", "--control", f"fifo:{ctl},{ack}", "-o", self.data],
+            stdin=subprocess.DEVNULL, stdout=self.err, stderr=self.err)
+        # perf opens both fifos read-write: these opens do not wait for it.
+        self.ctl = open(ctl, "w")
+        self.ack = open(ack, "rb", buffering=0)
+
+    def command(self, c):
+        self.ctl.write(c + "\n")
+        self.ctl.flush()
+        got = self.ack.read(5)
+        if not got.startswith(b"ack"):
+            raise SystemExit(f"kbench: perf did not acknowledge {c!r} ({got!r})")
+
+    def __enter__(self):
+        self.command("enable")
+        return self
+
+    def __exit__(self, *exc):
+        self.command("disable")
+        self.p.send_signal(2)
+        self.p.wait(600)
+        self.ctl.close()
+        self.ack.close()
+        self.err.close()
+
+    def report(self, pids, lines=40):
+        """The server's kernel and user shares, then its hottest symbols,
+        each as a share of the server's own samples."""
+        r = subprocess.run(
+            ["perf", "report", "-i", self.data, "--stdio", "--no-children", "-g", "none",
+             "--percentage", "relative", "--sort", "sym",
+             "--pid", ",".join(str(p) for p in sorted(pids))],
+            capture_output=True, text=True, timeout=600)
+        samples = next((l for l in r.stdout.splitlines() if l.startswith("# Samples")), "# Samples: ?")
+        rows = []
+        for l in r.stdout.splitlines():
+            parts = l.split(None, 2)
+            if len(parts) == 3 and parts[0].endswith("%") and parts[1] in ("[k]", "[.]"):
+                rows.append((float(parts[0][:-1]), parts[1], parts[2].strip()))
+        kernel = sum(p for p, k, _ in rows if k == "[k]")
+        user = sum(p for p, k, _ in rows if k == "[.]")
+        out = [samples.lstrip("# "), f"kernel {kernel:.1f} %, user space {user:.1f} %"]
+        out += [f"{p:6.2f} %  {k} {name}" for p, k, name in rows[:lines]]
+        return "\n".join(out)
+
+
 def measured(srv, backend, fn):
     pids = srv.pids()
     bpids = backend.pids()
@@ -674,6 +747,15 @@ def main():
 
     def case(group, name, server, unit, units, fn, **extra):
         log(f"{name} {server.name}")
+        if cfg.get("profile"):
+            # Profiled, the figures include perf's sampling: only the
+            # profile is reported.
+            with Profile(f"{group}-{server.name}") as prof:
+                fn()
+            print("KBENCH-PROFILE " + json.dumps(dict(
+                case=name, server=server.name, units=units, unit=unit, period=PROFILE_PERIOD,
+                report=prof.report(server.pids()))), flush=True)
+            return
         m = measured(server, backend, fn)
         m.update(case=name, group=group, server=server.name, unit=unit, units=units, **extra)
         emit(m)

@@ -165,7 +165,9 @@ struct Slot {
 }
 
 pub(super) struct Cache {
-    map: HashMap<Box<[u8]>, Slot>,
+    /// foldhash, not std's SipHash: a lookup per request, on a key the
+    /// client names; foldhash is seeded per map, and the map is bounded.
+    map: HashMap<Box<[u8]>, Slot, foldhash::fast::RandomState>,
     /// The key being built: root, kind, name.
     key: Vec<u8>,
     entries: usize,
@@ -175,7 +177,7 @@ pub(super) struct Cache {
 impl Cache {
     pub(super) fn new(entries: usize, valid: Duration) -> Cache {
         Cache {
-            map: HashMap::new(),
+            map: HashMap::default(),
             key: Vec::new(),
             entries,
             valid,
