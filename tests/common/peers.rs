@@ -35,11 +35,17 @@ pub fn echo(mut c: TcpStream) {
 }
 
 /// Read to EOF, then answer with the byte count and SHA-256 of what came.
-pub fn reporter(mut c: TcpStream) {
+pub fn reporter(c: TcpStream) {
+    report(c);
+}
+
+/// [`reporter`]'s work; returns what came.
+fn report(mut c: TcpStream) -> Vec<u8> {
     let mut all = Vec::new();
     let _ = c.read_to_end(&mut all);
     let _ = write!(c, "{} {}", all.len(), super::sha256(&all));
     let _ = c.shutdown(Shutdown::Write);
+    all
 }
 
 /// A [`reporter`] that also hands the test what each connection brought,
@@ -49,14 +55,10 @@ pub fn recorder() -> (SocketAddr, std::sync::mpsc::Receiver<Vec<u8>>) {
     let addr = l.local_addr().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        for mut c in l.incoming().flatten() {
+        for c in l.incoming().flatten() {
             let tx = tx.clone();
             std::thread::spawn(move || {
-                let mut all = Vec::new();
-                let _ = c.read_to_end(&mut all);
-                let _ = write!(c, "{} {}", all.len(), super::sha256(&all));
-                let _ = c.shutdown(Shutdown::Write);
-                let _ = tx.send(all);
+                let _ = tx.send(report(c));
             });
         }
     });
