@@ -10,6 +10,12 @@ use tlsfront::config::{ConfigError, Settings};
 /// events from `info` up, the libraries' warnings. docs/LOGGING.md lists them.
 const DEFAULT_LOG: &str = "warn,tlsfront=info";
 
+/// Rust's allocations go to mimalloc; C code (aws-lc) still calls glibc's
+/// malloc. The server gives both allocators' free memory back to the kernel
+/// (`server::release_free_heap`).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(

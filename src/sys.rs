@@ -282,24 +282,16 @@ pub fn heap_free_bytes() -> Option<usize> {
     }
 }
 
-/// Serve allocations of `bytes` and more with their own mappings, given
-/// back to the kernel when freed (`mallopt(M_MMAP_THRESHOLD)`; setting it
-/// also stops glibc from raising the threshold to the size of each such
-/// block freed, which would move them into the heap). Returns whether glibc
-/// took the setting.
-pub fn set_mmap_threshold(bytes: usize) -> bool {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        let bytes = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-        // SAFETY: mallopt takes two integers and no pointers; it sets the
-        // allocator's own parameter under its locks.
-        unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, bytes) == 1 }
-    }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    {
-        let _ = bytes;
-        false
-    }
+/// Hand the free memory mimalloc holds for the calling thread back to the
+/// kernel, and purge the free ranges of its arenas (which are shared by
+/// every thread) whose purge delay has passed: `mi_collect(false)`. The
+/// arenas purge on their own only while some thread allocates, and a
+/// thread's free pages are collected only by that thread.
+pub fn heap_collect() {
+    // SAFETY: mi_collect takes a flag and no pointers; it works on the
+    // allocator's own state for this thread and, under its atomics, on the
+    // shared arenas, as its malloc and free do.
+    unsafe { libmimalloc_sys::mi_collect(false) }
 }
 
 /// Give the free pages of every arena back to the kernel (`malloc_trim(0)`).

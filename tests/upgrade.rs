@@ -414,5 +414,13 @@ fn an_upgrade_of_many_sites_keeps_sessions_and_takes_the_new_certificate() {
         .filter_map(|w| w.parse().ok())
         .collect();
     let (full, resumed) = (n[0], n[1]);
-    assert!(resumed > 0 && full <= 2, "new process: {last}\n{out}");
+    // Each resumption uses up a ticket and brings one back only once its
+    // handshake is done, so a client with many connections in flight runs
+    // out now and then and makes a full handshake (more often on a loaded
+    // machine), as does the fingerprint check: a few, not a count. Had the
+    // ticket keys not carried over, every handshake would be full.
+    assert!(
+        resumed > 0 && full * 4 <= resumed,
+        "new process: {last}\n{out}"
+    );
 }

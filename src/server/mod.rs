@@ -353,10 +353,6 @@ pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError>
     // Signal handlers first: once the port is announced, a supervisor may
     // send SIGTERM at any time, and it must mean "drain", not "die".
     let mut signals = Signals::install().map_err(StartError::Runtime)?;
-    // A connection's whole-chunk buffers (the user-space send queue) get
-    // their own mappings, so that the room a stalled connection gives back
-    // goes back to the kernel at once, not into the heap until a trim.
-    crate::sys::set_mmap_threshold(MMAP_THRESHOLD);
     let tickets = if settings.ticket_keys.is_empty() {
         TicketKeys::rotating(DEFAULT_ROTATION)
     } else {
@@ -777,26 +773,26 @@ impl Signals {
     }
 }
 
-/// How often the heap is looked at, and how much free memory the allocator
-/// may keep. After a burst (an overload, thousands of connections at once)
-/// glibc keeps what the workers freed: it returns only the top of each
-/// arena, and live blocks pin the rest. Measured: a proxy left at 160 MiB
-/// RSS with no connection open, 10 MiB after `malloc_trim`.
-/// Allocations this large or larger get their own mappings: glibc's initial
-/// threshold, fixed (left alone, glibc raises it past the send queue's size
-/// the first time such a buffer is freed).
-const MMAP_THRESHOLD: usize = 128 << 10;
+/// How often the heap is looked at, and how much free memory glibc's
+/// allocator may keep. Rust's allocations go to mimalloc (the binary's
+/// global allocator), whose arenas, shared by all threads, purge the free
+/// ranges the workers hand back (`worker::collect_heap`) only while some
+/// thread allocates: this sweep purges them when every thread is idle.
+/// glibc's malloc still serves C code (aws-lc's handshake state): after a
+/// burst it keeps what was freed (it returns only the top of each arena,
+/// and live blocks pin the rest), so it is trimmed past the slack.
 const HEAP_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
 const HEAP_SLACK: usize = 16 << 20;
 
 fn release_free_heap() {
+    crate::sys::heap_collect();
     let Some(free) = crate::sys::heap_free_bytes() else {
         return;
     };
     if free > HEAP_SLACK {
         let released = crate::sys::heap_trim();
         tracing::debug!(
-            "heap: {} MiB free in the allocator, trimmed: {released}",
+            "heap: {} MiB free in glibc's allocator, trimmed: {released}",
             free >> 20
         );
     }

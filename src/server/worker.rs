@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 pub(super) fn worker(
     listeners: Vec<std::net::TcpListener>,
@@ -47,6 +47,8 @@ pub(super) fn worker(
             .map_err(|e| tracing::warn!("worker timers: no thread ({e}); using tokio's"))
             .ok();
         let active = Arc::new(AtomicUsize::new(0));
+        let accepted = Arc::new(Notify::new());
+        tokio::spawn(collect_heap(active.clone(), accepted.clone()));
         tokio::spawn(crate::accesslog::flush_every());
         if crate::files::cache::enabled() {
             tokio::spawn(crate::files::cache::sweep_every());
@@ -59,6 +61,7 @@ pub(super) fn worker(
                         front.clone(),
                         stop.clone(),
                         active.clone(),
+                        accepted.clone(),
                         max_connections,
                     ));
                 }
@@ -80,11 +83,38 @@ pub(super) fn worker(
     crate::accesslog::flush();
 }
 
+/// Give the memory this worker's connections freed back to the kernel:
+/// every [`HEAP_COLLECT`] from its first connection until a collection finds
+/// it without any. The allocator's heaps are per thread and only their
+/// thread collects them; an allocator that is not called (an idle worker
+/// after a burst) would keep what the burst left. An idle worker has no
+/// timer.
+async fn collect_heap(active: Arc<AtomicUsize>, accepted: Arc<Notify>) {
+    loop {
+        accepted.notified().await;
+        loop {
+            timer::sleep(HEAP_COLLECT).await;
+            // Read before collecting: a connection's memory is freed before
+            // it leaves the count.
+            let idle = active.load(Relaxed) == 0;
+            sys::heap_collect();
+            if idle {
+                break;
+            }
+        }
+    }
+}
+
+/// How often a busy worker's heap is collected (see [`collect_heap`]); the
+/// server's own sweep purges the arenas they share at the same pace.
+const HEAP_COLLECT: Duration = Duration::from_secs(5);
+
 async fn accept_loop(
     listener: TcpListener,
     front: Arc<Front>,
     mut stop: watch::Receiver<bool>,
     active: Arc<AtomicUsize>,
+    collect: Arc<Notify>,
     max: usize,
 ) {
     // Bound to one address, every connection's local address is that one:
@@ -106,6 +136,7 @@ async fn accept_loop(
                 }
                 let counted = front.clone();
                 let slot = Slot::take(&active, move || counted.metrics.error("panic"));
+                collect.notify_one();
                 let open = front.metrics.open();
                 let front = front.clone();
                 let stop = stop.clone();
