@@ -4,7 +4,9 @@
 //! these calls with the semantics we need: `rustix` has no `TCP_ULP`/`SOL_TLS`
 //! socket options and no typed ancillary data for `TLS_SET_RECORD_TYPE` /
 //! `TLS_GET_RECORD_TYPE`, and the `ktls` crate can panic on peer input.
-//! Heap: glibc's `mallinfo2`/`malloc_trim`, which no crate wraps.
+//! Heap: mimalloc's `mi_collect` (through `libmimalloc-sys`), glibc's
+//! `mallinfo2`/`malloc_trim`, which no crate wraps, and the process's
+//! transparent-huge-page switch (`prctl`, which `rustix` does not offer).
 //! Everything here is a thin, checked wrapper; the logic lives in the safe
 //! modules that call it (`ktls`, `server`).
 
@@ -282,16 +284,33 @@ pub fn heap_free_bytes() -> Option<usize> {
     }
 }
 
-/// Hand the free memory mimalloc holds for the calling thread back to the
-/// kernel, and purge the free ranges of its arenas (which are shared by
-/// every thread) whose purge delay has passed: `mi_collect(false)`. The
-/// arenas purge on their own only while some thread allocates, and a
-/// thread's free pages are collected only by that thread.
-pub fn heap_collect() {
-    // SAFETY: mi_collect takes a flag and no pointers; it works on the
-    // allocator's own state for this thread and, under its atomics, on the
-    // shared arenas, as its malloc and free do.
-    unsafe { libmimalloc_sys::mi_collect(false) }
+/// Collect the calling thread's mimalloc heap: its pages left without a
+/// live block go back to the arenas, which all threads share, and the
+/// arenas' free ranges whose purge delay has passed go back to the kernel
+/// (`MADV_DONTNEED`). mimalloc does this on its own only while the thread
+/// allocates, and a thread's pages are collected only by that thread.
+/// `force` also frees the empty pages kept per size class for reuse and
+/// purges every free range at once (`mi_collect(true)`: for a thread that
+/// has just gone idle, not for every call).
+pub fn heap_collect(force: bool) {
+    // SAFETY: mi_collect takes a flag and no pointers; it works on this
+    // thread's heap and, under their atomics, on the shared arenas, as
+    // malloc and free do. On a thread whose heap mimalloc never set up
+    // (mimalloc not the global allocator: tests, library users) it does
+    // nothing.
+    unsafe { libmimalloc_sys::mi_collect(force) }
+}
+
+/// Keep this process's memory in base pages: no transparent huge pages,
+/// whatever the system's THP policy (`prctl(PR_SET_THP_DISABLE)`, kept
+/// across `execve`, so an upgraded process keeps it too). With THP
+/// `always`, the kernel would back mimalloc's 2 MiB-aligned arena with
+/// huge pages and khugepaged would refill the ranges it purged, so freed
+/// memory would not stay freed. Returns whether the kernel took it.
+pub fn disable_huge_pages() -> bool {
+    // SAFETY: prctl with PR_SET_THP_DISABLE takes integers only and sets a
+    // flag on this process's memory map.
+    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0 }
 }
 
 /// Give the free pages of every arena back to the kernel (`malloc_trim(0)`).

@@ -353,6 +353,11 @@ pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError>
     // Signal handlers first: once the port is announced, a supervisor may
     // send SIGTERM at any time, and it must mean "drain", not "die".
     let mut signals = Signals::install().map_err(StartError::Runtime)?;
+    // Before the connections' buffers: freed memory must stay freed
+    // (`sys::disable_huge_pages` says why).
+    if !crate::sys::disable_huge_pages() {
+        tracing::debug!("transparent huge pages: could not turn them off for this process");
+    }
     let tickets = if settings.ticket_keys.is_empty() {
         TicketKeys::rotating(DEFAULT_ROTATION)
     } else {
@@ -785,7 +790,7 @@ const HEAP_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
 const HEAP_SLACK: usize = 16 << 20;
 
 fn release_free_heap() {
-    crate::sys::heap_collect();
+    crate::sys::heap_collect(false);
     let Some(free) = crate::sys::heap_free_bytes() else {
         return;
     };

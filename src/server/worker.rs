@@ -47,8 +47,8 @@ pub(super) fn worker(
             .map_err(|e| tracing::warn!("worker timers: no thread ({e}); using tokio's"))
             .ok();
         let active = Arc::new(AtomicUsize::new(0));
-        let accepted = Arc::new(Notify::new());
-        tokio::spawn(collect_heap(active.clone(), accepted.clone()));
+        let busy = Arc::new(Notify::new());
+        tokio::spawn(collect_heap(active.clone(), busy.clone()));
         tokio::spawn(crate::accesslog::flush_every());
         if crate::files::cache::enabled() {
             tokio::spawn(crate::files::cache::sweep_every());
@@ -61,7 +61,7 @@ pub(super) fn worker(
                         front.clone(),
                         stop.clone(),
                         active.clone(),
-                        accepted.clone(),
+                        busy.clone(),
                         max_connections,
                     ));
                 }
@@ -84,20 +84,18 @@ pub(super) fn worker(
 }
 
 /// Give the memory this worker's connections freed back to the kernel:
-/// every [`HEAP_COLLECT`] from its first connection until a collection finds
-/// it without any. The allocator's heaps are per thread and only their
-/// thread collects them; an allocator that is not called (an idle worker
-/// after a burst) would keep what the burst left. An idle worker has no
-/// timer.
-async fn collect_heap(active: Arc<AtomicUsize>, accepted: Arc<Notify>) {
+/// every [`HEAP_COLLECT`] from the first connection after an idle spell
+/// until a collection finds the worker without any; that last collection is
+/// a full one. The allocator's heaps are per thread, only their thread
+/// collects them, and an allocator that is not called (an idle worker after
+/// a burst) would keep what the burst left. An idle worker has no timer.
+async fn collect_heap(active: Arc<AtomicUsize>, woken: Arc<Notify>) {
     loop {
-        accepted.notified().await;
+        woken.notified().await;
         loop {
             timer::sleep(HEAP_COLLECT).await;
-            // Read before collecting: a connection's memory is freed before
-            // it leaves the count.
             let idle = active.load(Relaxed) == 0;
-            sys::heap_collect();
+            sys::heap_collect(idle);
             if idle {
                 break;
             }
@@ -134,9 +132,12 @@ async fn accept_loop(
                     front.metrics.error("connection_limit");
                     continue;
                 }
+                if active.load(Relaxed) == 0 {
+                    // The first connection of a busy spell (see collect_heap).
+                    collect.notify_one();
+                }
                 let counted = front.clone();
                 let slot = Slot::take(&active, move || counted.metrics.error("panic"));
-                collect.notify_one();
                 let open = front.metrics.open();
                 let front = front.clone();
                 let stop = stop.clone();
