@@ -11,6 +11,10 @@
 //! document root) or [`proxy`] (TLS termination for TCP backends). Beside
 //! it: [`config`] (the settings model), [`acme`] (certificates from an ACME
 //! CA), [`metrics`], [`accesslog`], [`privileges`] (running as another user).
+//! Above it all, when started as root with `user` set: [`parent`], the
+//! privileged parent that binds, reads keys and opens logs for the server
+//! process, over [`privsep`]; [`safe_open`] is how files are opened while
+//! tlsfront may be root.
 
 pub mod accesslog;
 pub mod acme;
@@ -22,8 +26,11 @@ pub mod http;
 pub mod ktls;
 pub mod lograte;
 pub mod metrics;
+pub mod parent;
 pub mod privileges;
+pub mod privsep;
 pub mod proxy;
+pub mod safe_open;
 pub mod serve;
 pub mod server;
 pub mod sys;

@@ -106,7 +106,22 @@ fn revoke(config: std::path::PathBuf, name: &str) -> Result<(), String> {
 /// Resolve the settings and run them. SIGHUP resolves them again: the
 /// config file, certificates and ticket keys are read anew; the flags stay
 /// as given.
+///
+/// Started by tlsfront's privileged parent, this is its server process: it
+/// becomes `user` before it reads anything. Started as root with `user`
+/// set, this becomes that parent.
 fn serve(resolve: impl Fn() -> Result<Settings, ConfigError> + 'static) -> Result<(), String> {
+    use tlsfront::server::Role;
+    let link = tlsfront::privsep::ChildLink::take().map_err(|e| e.to_string())?;
+    let role = match link {
+        Some(link) => Role::Child {
+            parent: link.install().map_err(|e| e.to_string())?,
+        },
+        None => Role::Alone,
+    };
     let settings = resolve().map_err(|e| e.to_string())?;
-    tlsfront::server::run(settings, Some(Box::new(resolve))).map_err(|e| e.to_string())
+    if role == Role::Alone && tlsfront::parent::wanted(&settings) {
+        return tlsfront::parent::run(settings, Box::new(resolve)).map_err(|e| e.to_string());
+    }
+    tlsfront::server::run(settings, Some(Box::new(resolve)), role).map_err(|e| e.to_string())
 }

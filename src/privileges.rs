@@ -7,13 +7,12 @@
 use nix::unistd::{Gid, Group, Uid, User};
 use std::ffi::CString;
 
-/// This process has taken the configured user's identity.
-static SWITCHED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 /// The identity to run as, resolved from names.
 #[derive(Clone, Debug)]
 pub struct RunAs {
     user: String,
+    /// The group as named, if it was (else the user's own).
+    group: Option<String>,
     uid: Uid,
     gid: Gid,
     /// Where it was set (a flag, or the config file and setting).
@@ -73,13 +72,14 @@ impl RunAs {
             user: user.into(),
             uid: now,
         };
-        let switched_to_it = SWITCHED.load(std::sync::atomic::Ordering::Relaxed)
-            && User::from_uid(now)
-                .ok()
-                .flatten()
-                .map(|u| u.name)
-                .as_deref()
-                == Some(user);
+        // Already that user: switched earlier in this process (a reload),
+        // or started as it by tlsfront's privileged parent.
+        let switched_to_it = User::from_uid(now)
+            .ok()
+            .flatten()
+            .map(|u| u.name)
+            .as_deref()
+            == Some(user);
         if !now.is_root() && !switched_to_it {
             return Err(not_root());
         }
@@ -116,6 +116,7 @@ impl RunAs {
         };
         Ok(RunAs {
             user: user.into(),
+            group: group.map(str::to_string),
             uid: found.uid,
             gid,
             origin: origin("user"),
@@ -128,6 +129,10 @@ impl RunAs {
     /// applies each change to every thread of the process.
     pub fn switch(&self) -> Result<(), PrivilegeError> {
         let now = Uid::current();
+        if now == self.uid && Uid::effective() == self.uid && !now.is_root() {
+            // Started as this user by tlsfront's privileged parent.
+            return Ok(());
+        }
         if !now.is_root() {
             return Err(PrivilegeError::NotRoot {
                 origin: self.origin.clone(),
@@ -153,7 +158,6 @@ impl RunAs {
         if nix::unistd::setuid(Uid::from_raw(0)).is_ok() {
             return Err(step("dropping root")(nix::Error::EPERM));
         }
-        SWITCHED.store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
@@ -161,6 +165,20 @@ impl RunAs {
     /// access logs) should belong to.
     pub fn ids(&self) -> (u32, u32) {
         (self.uid.as_raw(), self.gid.as_raw())
+    }
+
+    /// The user's name.
+    pub fn name(&self) -> &str {
+        &self.user
+    }
+
+    /// `USER[,GROUP]`, as the parent names them to its server process
+    /// ([`crate::privsep::LINK_VAR`]), which looks them up again.
+    pub fn link_names(&self) -> String {
+        match &self.group {
+            Some(g) => format!("{},{g}", self.user),
+            None => self.user.clone(),
+        }
     }
 
     /// For the start-up line.

@@ -53,11 +53,19 @@ env_line=$(sed -n 's/^Environment=//p' /usr/lib/systemd/system/tlsfront.service)
 mkdir -p /var/www/html "$dir/state" /var/log/tlsfront
 echo "packaged hello" > /var/www/html/tlsfront-package-test.txt
 python3 - "$dir/notify" >"$dir/notified" <<'PY' &
-import socket, sys
+import socket, sys, time
 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-s.bind(sys.argv[1]); s.settimeout(60)
-for _ in range(4):
-    print(s.recv(256).decode().strip(), flush=True)
+s.bind(sys.argv[1])
+end = time.monotonic() + 600
+while time.monotonic() < end:
+    s.settimeout(end - time.monotonic())
+    try:
+        msg = s.recv(256).decode().strip()
+    except socket.timeout:
+        break
+    print(msg, flush=True)
+    if msg == "STOPPING=1":
+        break
 PY
 listener=$!
 for _ in $(seq 50); do [[ -S $dir/notify ]] && break; sleep 0.1; done
@@ -72,37 +80,99 @@ port=$(tlsfront_port "$dir/log")
 check "the installed tlsfront starts with the packaged config" test -n "$port"
 for _ in $(seq 50); do grep -q READY=1 "$dir/notified" && break; sleep 0.1; done
 check "systemd hears READY=1" grep -qx READY=1 "$dir/notified"
-check "it runs as www-data" grep -q "running as user www-data" "$dir/log"
-body=$(curl -sS --cacert "$dir/state/tlsfront/cert.pem" "https://127.0.0.1:$port/tlsfront-package-test.txt" 2>&1 || true)
-check "it serves /var/www/html over HTTPS" test "$body" = "packaged hello"
-# The packaged config logs to /var/log/tlsfront/access.log; logrotate's
-# postrotate signal (SIGUSR1) reopens it as www-data.
-for _ in $(seq 30); do grep -q tlsfront-package-test /var/log/tlsfront/access.log 2>/dev/null && break; sleep 0.1; done
+# Wait (up to 60 s) until a command succeeds.
+await() { local _; for _ in $(seq 600); do "$@" && return 0; sleep 0.1; done; return 1; }
+await grep -q "^parent process " "$dir/log"
+server=$(sed -n 's/^parent process .* server process \([0-9]*\) as user .*/\1/p' "$dir/log" | tail -n1)
+check "the parent stays root" test "$(ps -o user= -p "$pid")" = root
+check "its server process runs as www-data" test "$(ps -o user= -p "${server:-0}")" = www-data
+check "it says the server process runs as www-data" grep -q "running as user www-data" "$dir/log"
+get() { curl -sS --max-time 30 --cacert "$dir/state/tlsfront/cert.pem" "https://127.0.0.1:$port/tlsfront-package-test.txt" 2>&1 || true; }
+check "it serves /var/www/html over HTTPS" test "$(get)" = "packaged hello"
+# The packaged config logs to /var/log/tlsfront/access.log, which the parent
+# opens as root: the file is root's, never www-data's.
+await grep -q tlsfront-package-test /var/log/tlsfront/access.log
 check "the request is in /var/log/tlsfront/access.log" grep -q '"GET /tlsfront-package-test.txt HTTP/1.1" 200 15' /var/log/tlsfront/access.log
+check "the access log belongs to root" test "$(stat -c %U /var/log/tlsfront/access.log)" = root
 check "the logrotate snippet is installed" test -f /etc/logrotate.d/tlsfront
+# Real logrotate with the packaged snippet: it renames the file and creates
+# the new one (root adm 0640). Its postrotate reaches the parent through
+# systemctl, absent here, so the same signal is sent as systemd would send
+# it (--kill-whom=main: the parent).
+quiet logrotate -f --state "$dir/logrotate.state" /etc/logrotate.d/tlsfront
+check "logrotate rotated the access log" test -s /var/log/tlsfront/access.log.1 -a -e /var/log/tlsfront/access.log
+check "logrotate's new file is root adm 0640" test "$(stat -c '%U %G %a' /var/log/tlsfront/access.log)" = "root adm 640"
+check "the postrotate signal goes to the main process only" grep -q -- "--kill-whom=main" /etc/logrotate.d/tlsfront
 kill -USR1 "$pid"
-for _ in $(seq 30); do grep -q "SIGUSR1: reopened" "$dir/log" && break; sleep 0.1; done
-check "SIGUSR1 as www-data reopens the access log" grep -q "SIGUSR1: reopened 1 access log file(s), 0 failed" "$dir/log"
+await grep -q "SIGUSR1: reopened" "$dir/log"
+check "SIGUSR1 reopens the access log through the parent" grep -q "SIGUSR1: reopened 1 access log file(s), 0 failed" "$dir/log"
+get >/dev/null
+check "the next request goes to the new file" await grep -q tlsfront-package-test /var/log/tlsfront/access.log
 check "tlsfront config check accepts the packaged config" \
   quiet tlsfront config check /etc/tlsfront/tlsfront.toml
-# Reload as the unit does (ExecReload), after the switch to www-data: the
-# root-only key read at start is still usable (unchanged).
-exec_reload=$(sed -n 's/^ExecReload=//p' /usr/lib/systemd/system/tlsfront.service)
-# shellcheck disable=SC2086  # ExecReload's words
-${exec_reload//\$MAINPID/$pid}
-for _ in $(seq 50); do [[ $(grep -c READY=1 "$dir/notified") -ge 2 ]] && break; sleep 0.1; done
-check "systemctl reload: systemd hears RELOADING=1, then READY=1 again" \
-  test "$(grep -c '^RELOADING=1' "$dir/notified")" -eq 1 -a "$(grep -c '^READY=1' "$dir/notified")" -eq 2
-check "the reload as www-data loads the config and the root-only key" grep -q "^reloaded " "$dir/log"
-body=$(curl -sS --cacert "$dir/state/tlsfront/cert.pem" "https://127.0.0.1:$port/tlsfront-package-test.txt" 2>&1 || true)
-check "it still serves after the reload" test "$body" = "packaged hello"
-kill -TERM "$pid"
+
+# Reload as systemctl reload does: each ExecReload= in turn, stopping at the
+# first that fails.
+reload() {
+  local line
+  while IFS= read -r line; do
+    # shellcheck disable=SC2086  # ExecReload's words
+    ${line//\$MAINPID/$pid} >>"$dir/reload.log" 2>&1 || return 1
+  done < <(sed -n 's/^ExecReload=//p' /usr/lib/systemd/system/tlsfront.service)
+}
+# A certificate and key, and a ticket key, that only root may read (as
+# certbot writes them): the server process cannot, the parent reads them.
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
+  -addext subjectAltName=DNS:localhost,IP:127.0.0.1 \
+  -keyout /etc/tlsfront/package-test.key -out /etc/tlsfront/package-test.pem 2>/dev/null
+head -c 80 /dev/urandom >/etc/tlsfront/package-test.ticket
+chmod 600 /etc/tlsfront/package-test.key /etc/tlsfront/package-test.ticket
+cp /etc/tlsfront/tlsfront.toml "$dir/packaged.toml"
+{
+  printf 'cert = "/etc/tlsfront/package-test.pem"\nkey = "/etc/tlsfront/package-test.key"\n'
+  printf 'ticket_keys = ["/etc/tlsfront/package-test.ticket"]\n'
+  cat "$dir/packaged.toml"
+} >/etc/tlsfront/tlsfront.toml
+reloads=$(grep -c "^reloaded " "$dir/log" || true)
+check "systemctl reload with root-only keys succeeds" reload
+await test "$(grep -c "^reloaded " "$dir/log")" -gt "$reloads"
+check "the reload loads the root-only key and ticket key" test "$(grep -c "^reloaded " "$dir/log")" -gt "$reloads"
+check "systemd hears RELOADING=1, then READY=1 again" \
+  await test "$(grep -c '^RELOADING=1' "$dir/notified")" -eq 1 -a "$(grep -c '^READY=1' "$dir/notified")" -eq 2
+served=$(openssl s_client -connect "127.0.0.1:$port" -servername localhost </dev/null 2>/dev/null |
+  openssl x509 -noout -fingerprint -sha256 2>/dev/null)
+check "it serves the new certificate" test "$served" = "$(openssl x509 -noout -fingerprint -sha256 -in /etc/tlsfront/package-test.pem)"
+# A config that would be refused: systemctl reload fails and says why, and
+# nothing changes.
+cp /etc/tlsfront/tlsfront.toml "$dir/good.toml"
+echo 'worker = 3' >>/etc/tlsfront/tlsfront.toml
+reloads=$(grep -c "^reloaded " "$dir/log" || true)
+check "systemctl reload fails on a broken config" test -n "$(reload || echo failed)"
+check "and names the setting" grep -q "worker" "$dir/reload.log"
+check "the refused config was not sent to the server" test "$(grep -c "^reloaded " "$dir/log")" -eq "$reloads"
+cp "$dir/good.toml" /etc/tlsfront/tlsfront.toml
+check "it still serves after the refused reload" test "$(get)" = "packaged hello"
+
+# Upgrade (systemctl kill -s USR2 --kill-whom=main): a new parent starts on
+# the same sockets, with its own server process as www-data, and takes the
+# service (MAINPID=); the old one drains and exits 0.
+kill -USR2 "$pid"
+await grep -q "^upgraded: new process " "$dir/log"
+new=$(sed -n 's/^upgraded: new process \([0-9]*\) .*/\1/p' "$dir/log" | tail -n1)
+check "SIGUSR2 upgrades with the packaged config (user = www-data)" test -n "$new"
+check "systemd hears MAINPID= of the new process" await grep -qx "MAINPID=${new:-x}" "$dir/notified"
 st=0; wait "$pid" || st=$?
+check "the old process exits 0" test "$st" -eq 0
+pid=$new
+check "the new parent is root" test "$(ps -o user= -p "${pid:-0}")" = root
+check "the new process serves" test "$(get)" = "packaged hello"
+# The new parent is no child of this shell: wait for it by its pid.
+kill -TERM "$pid"
+check "SIGTERM: it exits" await test ! -e "/proc/$pid"
 pid=
-check "SIGTERM: exit 0" test "$st" -eq 0
 wait "$listener" || true
 check "systemd hears STOPPING=1" grep -qx STOPPING=1 "$dir/notified"
-rm -f /var/www/html/tlsfront-package-test.txt
+rm -f /var/www/html/tlsfront-package-test.txt /etc/tlsfront/package-test.*
 check "dpkg --purge removes it" quiet dpkg --purge tlsfront
 check "nothing of it is left" test ! -e /usr/bin/tlsfront -a ! -e /etc/tlsfront/tlsfront.toml
 [[ -z ${made_logs:-} ]] || rm -rf /var/log/tlsfront

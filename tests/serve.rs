@@ -1184,8 +1184,9 @@ fn the_server_rekeys_before_a_key_reaches_its_record_limit() {
 
 #[test]
 fn runs_as_the_configured_user_with_no_capabilities_left() {
-    // Started as root (as tests run here): keys read and port bound first,
-    // then uid, gid and groups are nobody's and no capability is left.
+    // Started as root (as tests run here): the parent reads keys and binds
+    // ports; the server process's uid, gid and groups are nobody's and no
+    // capability is left.
     if !rustix::process::getuid().is_root() {
         eprintln!("skipped: needs root");
         return;
@@ -1206,7 +1207,15 @@ fn runs_as_the_configured_user_with_no_capabilities_left() {
             "{:?}",
             server.startup
         );
-        let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
+        // The parent stays root; its server process, which serves, is
+        // nobody's (tests/parent.rs tests the parent's part).
+        let out = server.wait_for_output("parent process ", 1);
+        let child = out
+            .lines()
+            .find_map(|l| l.split("server process ").nth(1))
+            .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+            .unwrap_or_else(|| panic!("no server process in {out}"));
+        let status = std::fs::read_to_string(format!("/proc/{child}/status")).unwrap();
         let field = |name: &str| {
             status
                 .lines()
@@ -1266,11 +1275,12 @@ fn a_user_that_cannot_be_had_is_refused_by_name() {
             "{args:?}: {err}"
         );
     }
-    // Not started as root: switching users is impossible, and said so.
+    // Not started as root: switching to another user is impossible, and
+    // said so (running as the named user already is fine).
     let out = tool("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--user", "nobody"])
+        .args(["serve", "--listen", "127.0.0.1:0", "--user", "daemon"])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

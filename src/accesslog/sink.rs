@@ -16,7 +16,6 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -51,11 +50,7 @@ static OPEN: Mutex<Option<HashMap<PathBuf, Weak<Sink>>>> = Mutex::new(None);
 static STDOUT: Mutex<Weak<Sink>> = Mutex::new(Weak::new());
 
 fn open_append(path: &Path) -> std::io::Result<File> {
-    std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o640)
-        .open(path)
+    crate::safe_open::open_log(path)
 }
 
 /// Started as root to run as `user`, tlsfront opens its logs as root, but
@@ -68,7 +63,10 @@ fn give_to(file: &File, path: &Path, owner: Option<(u32, u32)>) {
     use std::os::unix::fs::MetadataExt;
     let Some((uid, gid)) = owner else { return };
     let Ok(meta) = file.metadata() else { return };
-    if meta.uid() == uid || rustix::process::geteuid().as_raw() != 0 {
+    if meta.uid() == uid
+        || rustix::process::geteuid().as_raw() != 0
+        || crate::privsep::parent().is_some()
+    {
         return;
     }
     if let Err(e) = std::os::unix::fs::fchown(file, Some(uid), Some(gid)) {

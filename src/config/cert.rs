@@ -116,7 +116,7 @@ fn read_kept(path: &Path) -> std::io::Result<zeroize::Zeroizing<Vec<u8>>> {
     let id = |m: &std::fs::Metadata| (m.dev(), m.ino(), (m.mtime(), m.mtime_nsec()), m.size());
     let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
     let kept = kept.get_or_insert_with(Default::default);
-    match fs::read(path) {
+    match crate::safe_open::read(path) {
         Ok(bytes) => {
             let bytes = zeroize::Zeroizing::new(bytes);
             if let Ok(m) = fs::metadata(path) {

@@ -236,10 +236,16 @@ pub enum FileError {
 impl FileConfig {
     /// Read and parse `path`. Relative paths in it are relative to the file.
     pub fn load(path: &Path) -> Result<(FileConfig, String), FileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| FileError::Read {
-            path: path.into(),
-            source,
-        })?;
+        let text = crate::safe_open::read(path)
+            .and_then(|b| {
+                String::from_utf8(b).map_err(|e| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error())
+                })
+            })
+            .map_err(|source| FileError::Read {
+                path: path.into(),
+                source,
+            })?;
         let mut cfg = FileConfig::parse(&text).map_err(|e| FileError::Parse {
             path: path.into(),
             line: e.span().map_or(0, |s| line_of(&text, s.start)),

@@ -34,9 +34,9 @@ const MAX_CONNECTIONS: usize = 16;
 /// process that started this one on SIGUSR2, or from systemd), else one
 /// bound now (before privileges are dropped); and a duplicate to hand on to
 /// a new process on SIGUSR2, which could not bind the address while this
-/// one holds it (nor at all once this one runs as `user`). Not with port
-/// 0: a new process asks for any port again, and its own listeners on port
-/// 0 would take an inherited socket on the same IP for theirs.
+/// one holds it (nor at all once this one runs as `user`). An inherited
+/// socket is taken by address here only for a port other than 0 (one
+/// named as the admin listener is taken before).
 pub(super) fn bind(
     addr: SocketAddr,
     inherited: &mut Vec<(SocketAddr, std::net::TcpListener)>,
@@ -66,11 +66,9 @@ pub(super) fn bind(
             sock.into()
         }
     };
-    let dup = if addr.port() == 0 {
-        None
-    } else {
-        Some(listener.as_fd().try_clone_to_owned().map_err(fail)?)
-    };
+    // Handed on under its name (`handover::ADMIN_NAME`), so that a new
+    // process finds it even on port 0.
+    let dup = Some(listener.as_fd().try_clone_to_owned().map_err(fail)?);
     Ok((listener, dup))
 }
 

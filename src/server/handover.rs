@@ -9,9 +9,9 @@
 use crate::sys;
 use std::ffi::OsString;
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
-use std::process::{Command, ExitStatus};
+use std::process::{Child, Command, ExitStatus};
 use std::time::Duration;
 
 /// The variable naming the descriptor on which a process started by an
@@ -22,13 +22,27 @@ pub(super) const READY_FD: &str = "TLSFRONT_READY_FD";
 /// up and the old one keeps serving.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The listening sockets this process inherited, by local address. The
+/// The name (`LISTEN_FDNAMES`) a process of tlsfront gives the admin
+/// listener it hands on, so that the new process tells it from the
+/// listeners even when both asked for port 0 on the same IP.
+pub(crate) const ADMIN_NAME: &str = "admin";
+
+/// The listening sockets a process inherited.
+#[derive(Default)]
+pub(crate) struct Inherited {
+    /// By local address.
+    pub listen: Vec<(SocketAddr, TcpListener)>,
+    /// The admin listener, when the process that started this one named it.
+    pub admin: Option<TcpListener>,
+}
+
+/// The listening sockets this process inherited. The
 /// variables are removed from the environment (`sd_listen_fds(1)`), so
 /// that nothing this process starts takes them for its own. Must run
 /// before any thread starts (it changes the environment).
-pub(super) fn take_inherited() -> Vec<(SocketAddr, TcpListener)> {
+pub(crate) fn take_inherited() -> Inherited {
     // Sets close-on-exec on each, as sd_listen_fds does.
-    let fds: Vec<_> = match sd_notify::listen_fds() {
+    let fds: Vec<_> = match sd_notify::listen_fds_with_names() {
         Ok(fds) => fds.collect(),
         Err(e) => {
             tracing::warn!("LISTEN_FDS/LISTEN_PID: {e}; no inherited sockets taken");
@@ -38,8 +52,8 @@ pub(super) fn take_inherited() -> Vec<(SocketAddr, TcpListener)> {
     for var in ["LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"] {
         std::env::remove_var(var);
     }
-    let mut taken = Vec::new();
-    for raw in fds {
+    let mut taken = Inherited::default();
+    for (raw, name) in fds {
         let fd = match sys::inherited_fd(raw) {
             Ok(fd) => fd,
             Err(e) => {
@@ -52,7 +66,10 @@ pub(super) fn take_inherited() -> Vec<(SocketAddr, TcpListener)> {
             && rustix::net::sockopt::socket_acceptconn(&fd).unwrap_or(false);
         let listener = TcpListener::from(fd);
         match listener.local_addr() {
-            Ok(addr) if listening => taken.push((addr, listener)),
+            Ok(_) if listening && name == ADMIN_NAME && taken.admin.is_none() => {
+                taken.admin = Some(listener)
+            }
+            Ok(addr) if listening => taken.listen.push((addr, listener)),
             _ => tracing::warn!(
                 "inherited descriptor {raw} is not a listening TCP socket (check the \
                  socket unit's ListenStream=); closed"
@@ -65,7 +82,7 @@ pub(super) fn take_inherited() -> Vec<(SocketAddr, TcpListener)> {
 /// The sockets inherited for a configured address: those bound to it
 /// exactly, or, for port 0 ("any port"), those on the same IP. Removed from
 /// `inherited`.
-pub(super) fn take_for(
+pub(crate) fn take_for(
     want: SocketAddr,
     inherited: &mut Vec<(SocketAddr, TcpListener)>,
 ) -> Vec<TcpListener> {
@@ -77,7 +94,7 @@ pub(super) fn take_for(
 
 /// The readiness descriptor of a process started by an upgrade, taken out
 /// of the environment (not passed on), close-on-exec.
-pub(super) fn take_ready_fd() -> Option<OwnedFd> {
+pub(crate) fn take_ready_fd() -> Option<OwnedFd> {
     let value = std::env::var(READY_FD).ok()?;
     std::env::remove_var(READY_FD);
     let fd = value
@@ -98,7 +115,7 @@ pub(super) fn take_ready_fd() -> Option<OwnedFd> {
 }
 
 /// Tell the process that started this one that its workers run.
-pub(super) fn report_ready(fd: OwnedFd) {
+pub(crate) fn report_ready(fd: OwnedFd) {
     if let Err(e) = rustix::io::write(&fd, b"1") {
         tracing::warn!("cannot report readiness to the old process: {e}");
     }
@@ -120,16 +137,26 @@ pub enum UpgradeError {
     Timeout { exe: PathBuf },
 }
 
+/// A listening socket to hand on, and its name for `LISTEN_FDNAMES`
+/// ([`ADMIN_NAME`], or [`LISTEN_NAME`] for the TLS listeners).
+pub(crate) struct Handed {
+    pub fd: OwnedFd,
+    pub name: &'static str,
+}
+
+/// The name of a TLS listener handed on.
+pub(crate) const LISTEN_NAME: &str = "listen";
+
 /// What a new process is started as: this executable's path, resolved at
 /// start (once the file is replaced, `/proc/self/exe` names the deleted
 /// old one), and the same arguments.
-pub(super) struct Exec {
+pub(crate) struct Exec {
     exe: PathBuf,
     args: Vec<OsString>,
 }
 
 impl Exec {
-    pub(super) fn current() -> Exec {
+    pub(crate) fn current() -> Exec {
         let args: Vec<OsString> = std::env::args_os().collect();
         let exe = std::fs::read_link("/proc/self/exe")
             .unwrap_or_else(|_| args.first().cloned().unwrap_or_default().into());
@@ -139,7 +166,20 @@ impl Exec {
     /// Start the new process with `sockets` as its `LISTEN_FDS` (3, 4, …)
     /// and wait until it says it is ready; its pid. On error the new process
     /// is gone and nothing changed here.
-    pub(super) fn start(&self, sockets: &[OwnedFd]) -> Result<u32, UpgradeError> {
+    pub(crate) fn start(&self, sockets: &[Handed]) -> Result<u32, UpgradeError> {
+        self.spawn_ready(sockets, None).map(|child| child.id())
+    }
+
+    /// Start this executable with `sockets` as its `LISTEN_FDS` (3, 4, …,
+    /// named in `LISTEN_FDNAMES`), and, for a server process of tlsfront's
+    /// privileged parent, `link`: its end of the parent's socket and the
+    /// rest of [`crate::privsep::LINK_VAR`]'s value. Waits until the
+    /// process says it is ready; on error it is gone and nothing changed.
+    pub(crate) fn spawn_ready(
+        &self,
+        sockets: &[Handed],
+        link: Option<(BorrowedFd<'_>, &str)>,
+    ) -> Result<Child, UpgradeError> {
         let spawn_err = |source| UpgradeError::Spawn {
             exe: self.exe.clone(),
             source,
@@ -147,9 +187,13 @@ impl Exec {
         let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| spawn_err(e.into()))?;
         let n = sockets.len();
-        let mut passed: Vec<_> = sockets.iter().map(|s| s.as_fd()).collect();
+        let mut passed: Vec<_> = sockets.iter().map(|s| s.fd.as_fd()).collect();
         passed.push(ready_w.as_fd());
+        if let Some((fd, _)) = link {
+            passed.push(fd);
+        }
         let passed = sys::fds_above(&passed, 3 + passed.len() as i32).map_err(spawn_err)?;
+        let names: Vec<&str> = sockets.iter().map(|s| s.name).collect();
         // LISTEN_PID must be the new process's own pid, known only after the
         // fork; setting it in the forked child of a threaded process is not
         // async-signal-safe (setenv allocates). The shell sets it and execs
@@ -160,9 +204,15 @@ impl Exec {
             .arg(&self.exe)
             .args(self.args.iter().skip(1))
             .env("LISTEN_FDS", n.to_string())
+            .env("LISTEN_FDNAMES", names.join(":"))
             .env(READY_FD, (3 + n).to_string())
             .env_remove("LISTEN_PID")
-            .env_remove("LISTEN_FDNAMES");
+            .env_remove(crate::privsep::LINK_VAR);
+        if let Some((_, rest)) = link {
+            cmd.env(crate::privsep::LINK_VAR, format!("{},{rest}", 4 + n))
+                // Only the parent talks to systemd.
+                .env_remove("NOTIFY_SOCKET");
+        }
         sys::pass_fds(&mut cmd, passed);
         let mut child = cmd.spawn().map_err(spawn_err)?;
         // Only the child holds the write end now: its exit ends the read.
@@ -175,7 +225,7 @@ impl Exec {
         });
         let exe = self.exe.clone();
         match rx.recv_timeout(READY_TIMEOUT) {
-            Ok(1) => Ok(child.id()),
+            Ok(1) => Ok(child),
             Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
                 // It closed the pipe: it is exiting (or exec failed).
                 let deadline = std::time::Instant::now() + Duration::from_secs(5);

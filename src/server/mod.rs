@@ -9,7 +9,7 @@
 
 mod admin;
 mod certs;
-mod handover;
+pub(crate) mod handover;
 pub(crate) mod sites;
 pub(crate) mod timer;
 mod worker;
@@ -127,6 +127,22 @@ pub enum StartError {
     Runtime(std::io::Error),
     #[error(transparent)]
     Privilege(#[from] crate::privileges::PrivilegeError),
+    #[error("starting the server process: {0}")]
+    ServerProcess(handover::UpgradeError),
+    #[error("the server process keeps exiting (last: {0}); its errors are above")]
+    Crashed(String),
+    #[error("as the server process of tlsfront's parent: {0}")]
+    Link(#[from] crate::privsep::LinkError),
+}
+
+/// Which process of tlsfront this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The only one: it binds, reads and serves itself.
+    Alone,
+    /// The server process of a privileged parent (this pid), which holds
+    /// the sockets, reads the keys and does reloads and upgrades.
+    Child { parent: u32 },
 }
 
 /// Reads the settings again (SIGHUP): the config file and the flags given
@@ -242,6 +258,32 @@ fn listener(addr: SocketAddr, defer_secs: u32) -> std::io::Result<std::net::TcpL
     Ok(sock.into())
 }
 
+/// The listeners share their address with `SO_REUSEPORT`, which the
+/// kernel grants to every socket of the same user: a second tlsfront (or
+/// anything of the same user) could join them and take a share of the
+/// connections unnoticed. So the address is first bound without it, as
+/// nginx binds, and one in use is refused. Only an upgrade and socket
+/// activation share, and they hand the sockets on rather than bind.
+fn refuse_if_taken(addr: SocketAddr) -> Result<(), StartError> {
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, None).and_then(|s| {
+        s.set_reuse_address(true)?;
+        if addr.is_ipv6() {
+            s.set_only_v6(true)?;
+        }
+        s.bind(&addr.into())
+    });
+    match probe {
+        Err(source) if source.kind() == std::io::ErrorKind::AddrInUse => Err(StartError::Bind {
+            addr,
+            source,
+            hint: " (another process listens there: a second tlsfront? Stop it, or upgrade the \
+                   running one with SIGUSR2 rather than starting another)",
+        }),
+        // Anything else is for the real bind to report.
+        _ => Ok(()),
+    }
+}
+
 type PerWorker = Vec<Vec<std::net::TcpListener>>;
 
 /// The listeners, per worker and per address.
@@ -251,7 +293,7 @@ struct Bound {
     addrs: Vec<SocketAddr>,
     /// One duplicate of every distinct listening socket, kept to hand on
     /// to a new process on SIGUSR2.
-    handover: Vec<std::os::fd::OwnedFd>,
+    handover: Vec<handover::Handed>,
 }
 
 /// One listener per worker for each address (port 0: the first gets a
@@ -261,11 +303,17 @@ fn bind_all(
     workers: usize,
     defer_secs: u32,
     inherited: &mut Vec<(SocketAddr, std::net::TcpListener)>,
+    quiet: bool,
 ) -> Result<Bound, StartError> {
     let mut per_worker: PerWorker = (0..workers).map(|_| Vec::new()).collect();
     let mut addrs = Vec::new();
     let mut handover = Vec::new();
-    let dup = |l: &std::net::TcpListener| l.as_fd().try_clone_to_owned();
+    let dup = |l: &std::net::TcpListener| {
+        l.as_fd().try_clone_to_owned().map(|fd| handover::Handed {
+            fd,
+            name: handover::LISTEN_NAME,
+        })
+    };
     for &want in listen {
         let taken = handover::take_for(want, inherited);
         if !taken.is_empty() {
@@ -282,14 +330,16 @@ fn bind_all(
                     .map(|d| handover.push(d))
                     .map_err(|source| StartError::Inherited { addr, source })?;
             }
-            println!(
-                "{addr}: took the inherited listening socket{} (not bound again)",
-                if taken.len() == 1 {
-                    String::new()
-                } else {
-                    format!("s ({})", taken.len())
-                }
-            );
+            if !quiet {
+                println!(
+                    "{addr}: took the inherited listening socket{} (not bound again)",
+                    if taken.len() == 1 {
+                        String::new()
+                    } else {
+                        format!("s ({})", taken.len())
+                    }
+                );
+            }
             // systemd passes one socket per address (a hand-over on SIGUSR2
             // passes one per old worker): fewer sockets than workers are
             // shared, each worker accepting on its own duplicate. Accepting
@@ -312,6 +362,9 @@ fn bind_all(
             addrs.push(addr);
             continue;
         }
+        if want.port() != 0 {
+            refuse_if_taken(want)?;
+        }
         let mut addr = want;
         for w in per_worker.iter_mut() {
             let l = listener(addr, defer_secs).map_err(|source| StartError::Bind {
@@ -327,7 +380,8 @@ fn bind_all(
     }
     for (addr, _) in inherited.drain(..) {
         tracing::warn!(
-            "inherited a listening socket on {addr}, which no listen address of the              configuration names: closed (add it to listen, or remove it from the socket unit)"
+            "inherited a listening socket on {addr}, which no listen address of the \
+             configuration names: closed (add it to listen, or remove it from the socket unit)"
         );
     }
     Ok(Bound {
@@ -337,6 +391,57 @@ fn bind_all(
     })
 }
 
+/// The listeners (one per worker and address) and the admin listener, taken
+/// from `inherited` or bound now; `quiet`: no line for each inherited one
+/// (a server process always inherits its parent's).
+fn bind_sockets(
+    settings: &Settings,
+    inherited: &mut handover::Inherited,
+    quiet: bool,
+) -> Result<(Bound, Option<std::net::TcpListener>), StartError> {
+    // Wait for the ClientHello in the kernel as long as the handshake may take.
+    let defer = settings.timeouts.handshake.ceil() as u32;
+    // The admin socket first: a listen address with port 0 takes every
+    // inherited socket on its IP (but one named as the admin listener).
+    let admin = match (settings.admin, inherited.admin.take()) {
+        (Some(addr), Some(l)) => {
+            let dup = l.as_fd().try_clone_to_owned();
+            l.set_nonblocking(true)
+                .and(dup)
+                .map(|dup| Some((l, Some(dup))))
+                .map_err(|source| StartError::Inherited { addr, source })?
+        }
+        (Some(addr), None) => Some(admin::bind(addr, &mut inherited.listen)?),
+        (None, _) => None,
+    };
+    let mut bound = bind_all(
+        &settings.listen,
+        settings.workers,
+        defer,
+        &mut inherited.listen,
+        quiet,
+    )?;
+    let admin = admin.map(|(l, dup)| {
+        bound.handover.extend(dup.map(|fd| handover::Handed {
+            fd,
+            name: handover::ADMIN_NAME,
+        }));
+        l
+    });
+    Ok((bound, admin))
+}
+
+/// For tlsfront's privileged parent: every listening socket the settings
+/// ask for, bound (or inherited), to hand to its server processes and to
+/// a new executable on SIGUSR2.
+pub(crate) fn bind_for_handover(
+    settings: &Settings,
+    inherited: &mut handover::Inherited,
+) -> Result<Vec<handover::Handed>, StartError> {
+    let (bound, _admin) = bind_sockets(settings, inherited, false)?;
+    Ok(bound.handover)
+}
+
 /// Load the sites, bind, take the configured user's identity, announce,
 /// run the workers until SIGTERM/SIGINT, then drain and print the counters.
 /// SIGHUP reads the settings again (`reload`) and swaps the sites in; a
@@ -344,7 +449,7 @@ fn bind_all(
 /// keeps serving. Under systemd (`Type=notify`) readiness is signalled once
 /// the workers run, reloading while a reload runs, and stopping when the
 /// drain begins.
-pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError> {
+pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(), StartError> {
     // Before any thread starts: taking them removes their variables from
     // the environment.
     let mut inherited = handover::take_inherited();
@@ -382,23 +487,14 @@ pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError>
         FD_RESERVE + (cache as u64).saturating_mul(workers as u64),
         fds,
     );
-    // Wait for the ClientHello in the kernel as long as the handshake may take.
-    let defer = settings.timeouts.handshake.ceil() as u32;
-    // The admin socket first: a listen address with port 0 takes every
-    // inherited socket on its IP.
-    let admin = settings
-        .admin
-        .map(|a| admin::bind(a, &mut inherited))
-        .transpose()?;
-    let Bound {
-        per_worker: listeners,
-        addrs: bound,
-        mut handover,
-    } = bind_all(&settings.listen, workers, defer, &mut inherited)?;
-    let admin = admin.map(|(l, dup)| {
-        handover.extend(dup);
-        l
-    });
+    let (
+        Bound {
+            per_worker: listeners,
+            addrs: bound,
+            handover,
+        },
+        admin,
+    ) = bind_sockets(&settings, &mut inherited, role != Role::Alone)?;
     // Keys are read and ports bound: nothing needs root from here on.
     if let Some(who) = &settings.run_as {
         who.switch()?;
@@ -465,7 +561,16 @@ pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError>
 
     let stop = signals.wait(
         || reload_sites(&front, &settings, reload.as_deref()),
-        || upgrade(&exec, &handover, &front),
+        || match role {
+            Role::Alone => upgrade(&exec, &handover, &front),
+            Role::Child { parent } => {
+                tracing::warn!(
+                    "SIGUSR2: upgrades are the parent process's: send SIGUSR2 to {parent} \
+                     (systemctl kill -s USR2 --kill-whom=main tlsfront); ignored"
+                );
+                None
+            }
+        },
     );
     drop(handover);
     match stop {
@@ -500,7 +605,7 @@ pub fn run(settings: Settings, reload: Option<Reload>) -> Result<(), StartError>
 /// was started from) on the same listening sockets, and once it is ready
 /// make it systemd's main process; its pid. On failure this process keeps
 /// serving, and says why.
-fn upgrade(exec: &handover::Exec, sockets: &[std::os::fd::OwnedFd], front: &Front) -> Option<u32> {
+fn upgrade(exec: &handover::Exec, sockets: &[handover::Handed], front: &Front) -> Option<u32> {
     println!("SIGUSR2: starting a new process on the same sockets");
     match exec.start(sockets) {
         Ok(pid) => {

@@ -1,0 +1,397 @@
+//! tlsfront's privileged parent, when started as root with `user` set
+//! (nginx's master process, HAProxy's master): it binds the listening
+//! sockets, makes what must exist before the server process can start
+//! (the self-signed identity, the ACME state directory, owned by `user`),
+//! and starts the server process (the same executable, [`crate::server`])
+//! as `user`, handing it the sockets. From then on it is the one the
+//! operator talks to:
+//!
+//! - it reads, as root, the files the configuration names (certificates,
+//!   keys, OCSP responses, ticket keys, the configuration itself) and opens
+//!   the access logs, each when the server process asks
+//!   ([`crate::privsep`]); a path the configuration does not name is not
+//!   read for it;
+//! - SIGHUP: the configuration is read again (so that the files it now
+//!   names may be read), then the server process reloads;
+//! - SIGUSR1: the server process reopens its logs, through the parent;
+//! - SIGUSR2: the executable is started anew on the same sockets (a new
+//!   parent, with a server process of its own); once it is ready this
+//!   parent's server process drains and both exit;
+//! - SIGTERM/SIGINT: the server process drains, then the parent exits;
+//! - a server process that dies is noticed and started again, unless it
+//!   keeps dying.
+//!
+//! The parent never talks to a client, and holds no TLS state.
+
+use crate::config::{secs, Settings};
+use crate::privileges::RunAs;
+use crate::privsep::{Answer, Request};
+use crate::server::handover::{self, Exec, Handed};
+use crate::server::{Reload, StartError};
+use std::collections::HashSet;
+use std::os::fd::AsFd;
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// Crashes within [`CRASH_WINDOW`] after which the parent gives up (and
+/// exits with failure, for systemd's `Restart=` to take over).
+const MAX_CRASHES: usize = 5;
+const CRASH_WINDOW: Duration = Duration::from_secs(60);
+
+/// How long past the shutdown timeout a draining server process may take
+/// before it is killed.
+const KILL_AFTER: Duration = Duration::from_secs(5);
+
+/// Whether `settings` ask for a parent: started as root, to run as `user`.
+pub fn wanted(settings: &Settings) -> bool {
+    settings.run_as.is_some() && rustix::process::geteuid().is_root()
+}
+
+/// The files and logs the configuration names: what the parent reads and
+/// opens for the server process.
+#[derive(Default)]
+struct Held {
+    files: HashSet<PathBuf>,
+    logs: HashSet<PathBuf>,
+}
+
+impl Held {
+    fn of(settings: &Settings) -> Result<Held, StartError> {
+        let mut held = Held::default();
+        held.files.extend(settings.file.iter().cloned());
+        held.files.extend(settings.ticket_keys.iter().cloned());
+        for site in &settings.sites {
+            for (cert, key) in &site.certs {
+                held.files.insert(cert.clone());
+                held.files.insert(key.clone());
+            }
+            held.files.extend(site.ocsp.iter().flatten().cloned());
+            if let crate::accesslog::Target::File(p) = &site.access_log.target {
+                held.logs.insert(p.clone());
+            }
+            if site.certs.is_empty() && !site.acme {
+                // The self-signed identity: made here as root if missing.
+                crate::config::cert::load(None, None).map_err(|e| StartError::Site {
+                    origin: site.origin.clone(),
+                    message: e.to_string(),
+                })?;
+                let dir = crate::config::cert::data_dir().map_err(|e| StartError::Site {
+                    origin: site.origin.clone(),
+                    message: e.to_string(),
+                })?;
+                held.files.insert(dir.join("cert.pem"));
+                held.files.insert(dir.join("key.pem"));
+            }
+        }
+        Ok(held)
+    }
+
+    fn answer(&self, request: Request) -> Answer {
+        match request {
+            Request::Read(p) if self.files.contains(&p) => match crate::safe_open::read(&p) {
+                Ok(bytes) => Answer::Data(zeroize::Zeroizing::new(bytes)),
+                Err(e) => Answer::Error(e),
+            },
+            Request::OpenLog(p) if self.logs.contains(&p) => match crate::safe_open::open_log(&p) {
+                Ok(f) => Answer::Fd(f.into()),
+                Err(e) => Answer::Error(e),
+            },
+            Request::Read(_) | Request::OpenLog(_) => Answer::NotHeld,
+        }
+    }
+}
+
+/// The ACME state directory must be the server process's to write (it
+/// orders and stores certificates as `user`): made for it if missing; one
+/// that exists must already be its, else the fix is said.
+fn acme_state_dir(settings: &Settings, who: &RunAs) -> Result<(), StartError> {
+    if !settings.sites.iter().any(|s| s.acme) {
+        return Ok(());
+    }
+    let dir = &settings.acme.state_dir;
+    let fail = |message: String| StartError::Site {
+        origin: "ACME state directory".into(),
+        message,
+    };
+    let (uid, gid) = who.ids();
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(up) = dir.parent() {
+                std::fs::create_dir_all(up)
+                    .map_err(|e| fail(format!("cannot create {}: {e}", up.display())))?;
+            }
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| fail(format!("cannot create {}: {e}", dir.display())))?;
+            // Just made by this process, so no one else's file can be
+            // behind the name: opened without following links all the same.
+            let fd = rustix::fs::open(
+                dir,
+                rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::NOFOLLOW
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(|e| fail(format!("cannot open {}: {e}", dir.display())))?;
+            rustix::fs::fchown(
+                &fd,
+                Some(rustix::process::Uid::from_raw(uid)),
+                Some(rustix::process::Gid::from_raw(gid)),
+            )
+            .map_err(|e| fail(format!("cannot give {} to uid {uid}: {e}", dir.display())))?;
+            Ok(())
+        }
+        Err(e) => Err(fail(format!("{}: {e}", dir.display()))),
+        Ok(m) => {
+            use std::os::unix::fs::MetadataExt;
+            if m.is_dir() && m.uid() == uid {
+                Ok(())
+            } else {
+                Err(fail(format!(
+                    "{} belongs to uid {}, but the server process runs as {} (uid {uid}) and \
+                     must write certificates there: chown -R {uid}:{gid} {}",
+                    dir.display(),
+                    m.uid(),
+                    who.name(),
+                    dir.display()
+                )))
+            }
+        }
+    }
+}
+
+/// A running server process.
+struct ServerProcess {
+    pid: u32,
+    started: Instant,
+}
+
+/// How the server process ended, for the loop.
+type Exited = (u32, std::io::Result<ExitStatus>);
+
+/// The parent's state: what it hands each server process it starts.
+struct Parent {
+    exec: Exec,
+    sockets: Vec<Handed>,
+    held: Arc<Mutex<Held>>,
+    who: RunAs,
+    exits: mpsc::UnboundedSender<Exited>,
+}
+
+impl Parent {
+    /// Start a server process and wait until it is ready.
+    fn spawn(&self) -> Result<ServerProcess, StartError> {
+        let (mine, theirs) = UnixStream::pair().map_err(StartError::Runtime)?;
+        let held = self.held.clone();
+        std::thread::Builder::new()
+            .name("parent-link".into())
+            .spawn(move || {
+                let answer = |r| held.lock().unwrap_or_else(|p| p.into_inner()).answer(r);
+                if let Err(e) = crate::privsep::serve(mine, answer) {
+                    tracing::warn!("link to the server process: {e}");
+                }
+            })
+            .map_err(StartError::Runtime)?;
+        let link = format!("{},{}", std::process::id(), self.who.link_names());
+        let child = self
+            .exec
+            .spawn_ready(&self.sockets, Some((theirs.as_fd(), &link)))
+            .map_err(StartError::ServerProcess)?;
+        drop(theirs);
+        let pid = child.id();
+        let exits = self.exits.clone();
+        std::thread::Builder::new()
+            .name("parent-wait".into())
+            .spawn(move || {
+                let mut child = child;
+                let _ = exits.send((pid, child.wait()));
+            })
+            .map_err(StartError::Runtime)?;
+        Ok(ServerProcess {
+            pid,
+            started: Instant::now(),
+        })
+    }
+}
+
+fn signal(pid: u32, sig: rustix::process::Signal) {
+    if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(p, sig);
+    }
+}
+
+/// Run as the privileged parent until SIGTERM/SIGINT or an upgrade.
+pub fn run(settings: Settings, reload: Reload) -> Result<(), StartError> {
+    // Before any thread starts (they change the environment).
+    let mut inherited = handover::take_inherited();
+    let ready = handover::take_ready_fd();
+    let exec = Exec::current();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(StartError::Runtime)?;
+    let mut signals = {
+        let _guard = rt.enter();
+        Signals::install().map_err(StartError::Runtime)?
+    };
+    let who = settings.run_as.clone().expect("parent::wanted");
+    acme_state_dir(&settings, &who)?;
+    let held = Arc::new(Mutex::new(Held::of(&settings)?));
+    let sockets = crate::server::bind_for_handover(&settings, &mut inherited)?;
+    let (exits, mut exited) = mpsc::unbounded_channel();
+    let parent = Parent {
+        exec,
+        sockets,
+        held,
+        who,
+        exits,
+    };
+    let mut server = parent.spawn()?;
+    println!(
+        "parent process {} (root): sockets, keys, logs, reloads and upgrades; server process {} \
+         as user {}",
+        std::process::id(),
+        server.pid,
+        parent.who.name()
+    );
+    match ready {
+        Some(fd) => handover::report_ready(fd),
+        None => {
+            let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+        }
+    }
+    let grace = secs(settings.timeouts.shutdown) + KILL_AFTER;
+    let mut crashes: Vec<Instant> = Vec::new();
+    rt.block_on(async {
+        loop {
+            tokio::select! {
+                _ = signals.term.recv() => return drain(server.pid, &mut exited, grace, "SIGTERM").await,
+                _ = signals.int.recv() => return drain(server.pid, &mut exited, grace, "SIGINT").await,
+                _ = signals.hup.recv() => {
+                    let _ = sd_notify::notify(&[sd_notify::NotifyState::Reloading]);
+                    reread(&parent, &reload);
+                    signal(server.pid, rustix::process::Signal::HUP);
+                    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+                }
+                _ = signals.usr1.recv() => signal(server.pid, rustix::process::Signal::USR1),
+                _ = signals.usr2.recv() => {
+                    println!("SIGUSR2: starting a new process on the same sockets");
+                    match parent.exec.start(&parent.sockets) {
+                        Ok(pid) => {
+                            let _ = sd_notify::notify(&[sd_notify::NotifyState::MainPid(pid)]);
+                            println!(
+                                "upgraded: new process {pid} serves; this one accepts no more, \
+                                 its server process finishing what is in flight"
+                            );
+                            return drain(server.pid, &mut exited, grace, "upgrade").await;
+                        }
+                        Err(e) => tracing::error!("upgrade failed, still serving in this process: {e}"),
+                    }
+                }
+                Some((pid, status)) = exited.recv() => {
+                    if pid != server.pid {
+                        continue;
+                    }
+                    let now = Instant::now();
+                    crashes.retain(|t| now.duration_since(*t) < CRASH_WINDOW);
+                    crashes.push(now);
+                    let status = status.map_or_else(|e| e.to_string(), |s| s.to_string());
+                    let ran = now.duration_since(server.started);
+                    if crashes.len() >= MAX_CRASHES {
+                        tracing::error!(
+                            "the server process {pid} exited ({status}) after {ran:?}, the \
+                             {MAX_CRASHES}th time within {CRASH_WINDOW:?}: giving up"
+                        );
+                        return Err(StartError::Crashed(status));
+                    }
+                    tracing::error!(
+                        "the server process {pid} exited ({status}) after {ran:?}: starting a \
+                         new one"
+                    );
+                    server = parent.spawn()?;
+                    println!("server process {} started", server.pid);
+                }
+            }
+        }
+    })
+}
+
+/// SIGHUP: the configuration as the server process will read it, so that
+/// the files it names may be read for it. A configuration that does not
+/// load is left to the server process to refuse and report (it reads the
+/// same one); the files held stay those of the last good one.
+fn reread(parent: &Parent, reload: &Reload) {
+    let Ok(new) = reload() else {
+        return;
+    };
+    if let Err(e) = acme_state_dir(&new, &parent.who) {
+        tracing::warn!("reload: {e}");
+    }
+    match Held::of(&new) {
+        Ok(held) => *parent.held.lock().unwrap_or_else(|p| p.into_inner()) = held,
+        Err(e) => tracing::warn!("reload: {e}"),
+    }
+}
+
+/// Ask the server process to drain, and wait for it (killing it if it
+/// overstays the shutdown timeout).
+async fn drain(
+    pid: u32,
+    exited: &mut mpsc::UnboundedReceiver<Exited>,
+    grace: Duration,
+    why: &str,
+) -> Result<(), StartError> {
+    if why != "upgrade" {
+        let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    }
+    signal(pid, rustix::process::Signal::TERM);
+    let wait = async {
+        while let Some((p, status)) = exited.recv().await {
+            if p == pid {
+                return Some(status);
+            }
+        }
+        None
+    };
+    match tokio::time::timeout(grace, wait).await {
+        Ok(Some(Ok(status))) if status.success() => Ok(()),
+        Ok(Some(Ok(status))) => Err(StartError::Crashed(status.to_string())),
+        Ok(Some(Err(e))) => Err(StartError::Runtime(e)),
+        Ok(None) => Ok(()),
+        Err(_) => {
+            tracing::error!(
+                "the server process {pid} did not finish within {grace:?} of {why}: killed"
+            );
+            signal(pid, rustix::process::Signal::KILL);
+            Ok(())
+        }
+    }
+}
+
+/// The signals the parent acts on.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    usr1: tokio::signal::unix::Signal,
+    usr2: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+            usr1: signal(SignalKind::user_defined1())?,
+            usr2: signal(SignalKind::user_defined2())?,
+        })
+    }
+}

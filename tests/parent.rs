@@ -1,0 +1,265 @@
+//! The privileged parent, as the packaged set-up runs tlsfront: started as
+//! root with `user = "nobody"`, keys and configuration only root may read,
+//! the access log in a directory only root may write. Through the real
+//! binary and real clients (curl, openssl): the server process runs as
+//! nobody with no capability left while the parent stays root; a reload
+//! serves a renewed root-only key; log rotation reopens through the
+//! parent, the new file root's; a killed server process is replaced; an
+//! upgrade (SIGUSR2) hands the sockets to a new parent and its own server
+//! process; and a second tlsfront on the same address is refused.
+
+mod common;
+
+use common::{served_fingerprint, Ca, Server};
+use rustix::process::Signal;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+fn chmod(p: &Path, mode: u32) {
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A site for `localhost` whose key, configuration and log directory only
+/// root may read, and whose document root nobody may read.
+struct Setup {
+    ca: Ca,
+    _www: tempfile::TempDir,
+    conf: tempfile::TempDir,
+    cfg: PathBuf,
+    log: PathBuf,
+}
+
+impl Setup {
+    fn new(extra: &str) -> Setup {
+        let ca = Ca::new();
+        let www = tempfile::tempdir().unwrap();
+        chmod(www.path(), 0o755);
+        std::fs::write(www.path().join("index.html"), "hello from nobody\n").unwrap();
+        chmod(&www.path().join("index.html"), 0o644);
+        let conf = tempfile::tempdir().unwrap();
+        chmod(conf.path(), 0o700);
+        let log = conf.path().join("logs/access.log");
+        std::fs::create_dir(conf.path().join("logs")).unwrap();
+        let cfg = conf.path().join("tlsfront.toml");
+        let setup = Setup {
+            ca,
+            _www: www,
+            conf,
+            cfg,
+            log,
+        };
+        setup.write_config("one", extra);
+        setup
+    }
+
+    /// Issue a certificate named `file` (key 0600) and point the config at it.
+    fn write_config(&self, file: &str, extra: &str) {
+        let (c, k) = self.ca.issue(file, &["localhost".to_string()], false);
+        chmod(&k, 0o600);
+        let text = format!(
+            "user = \"nobody\"\n{extra}\n[[site]]\nnames = [\"localhost\"]\ncert = \"{}\"\n\
+             key = \"{}\"\nroot = \"{}\"\naccess_log = \"{}\"\n",
+            c.display(),
+            k.display(),
+            self._www.path().display(),
+            self.log.display()
+        );
+        std::fs::write(&self.cfg, text).unwrap();
+        chmod(&self.cfg, 0o600);
+    }
+
+    fn get(&self, port: u16) -> String {
+        let out = common::tool("curl")
+            .args(["-sS", "--max-time", "30", "--cacert"])
+            .arg(&self.ca.pem)
+            .args(["--resolve", &format!("localhost:{port}:127.0.0.1")])
+            .arg(format!("https://localhost:{port}/index.html"))
+            .output()
+            .unwrap();
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }
+}
+
+/// The server process's pid, from the parent's line.
+fn server_pid(text: &str) -> u32 {
+    let after = text
+        .lines()
+        .rev()
+        .find_map(|l| {
+            l.split("server process ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+        })
+        .unwrap_or_else(|| panic!("no server process line in: {text}"));
+    after.parse().unwrap()
+}
+
+/// A `/proc/PID/status` field, its words joined by one space.
+fn status_field(pid: u32, name: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .unwrap_or("")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, r)| !r.starts_with(" Z"))
+    })
+}
+
+/// Wait (up to 60 s) until `cond` holds; panic naming `what` otherwise.
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_server_process_runs_as_user_while_the_parent_reads_root_only_files() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let _serial = common::serial();
+    let setup = Setup::new("");
+    let server = Server::run(&setup.cfg, &[]);
+    let port = server.port;
+    let out = server.wait_for_output("parent process ", 1);
+    let child = server_pid(&out);
+    assert_eq!(status_field(child, "Uid:"), "65534 65534 65534 65534");
+    assert_eq!(status_field(child, "Groups:"), "65534");
+    for cap in ["CapPrm:", "CapEff:", "CapAmb:"] {
+        assert_eq!(status_field(child, cap), "0000000000000000", "{cap}");
+    }
+    assert_eq!(status_field(server.pid(), "Uid:"), "0 0 0 0");
+
+    // The key is root's alone (0600 in a 0700 directory), yet it is served.
+    assert_eq!(setup.get(port), "hello from nobody\n");
+    let first = served_fingerprint(port, "localhost");
+
+    // A renewed certificate and key, root's alone again: a reload serves it.
+    setup.write_config("two", "");
+    server.reload();
+    server.wait_for_output("reloaded ", 1);
+    let second = served_fingerprint(port, "localhost");
+    assert_ne!(first, second, "the renewed certificate is not served");
+    assert_eq!(setup.get(port), "hello from nobody\n");
+
+    // The access log: opened by the parent, root's, written by nobody.
+    wait_until("the access log's first lines", || {
+        std::fs::read_to_string(&setup.log).is_ok_and(|t| t.lines().count() >= 2)
+    });
+    assert_eq!(std::fs::metadata(&setup.log).unwrap().uid(), 0);
+
+    // Rotation: renamed away, SIGUSR1, and the next line goes to a new file
+    // the parent made (root's, in root's directory).
+    let rotated = setup.conf.path().join("logs/access.log.1");
+    std::fs::rename(&setup.log, &rotated).unwrap();
+    server.signal(Signal::USR1);
+    server.wait_for_output("SIGUSR1: reopened 1 access log file(s), 0 failed", 1);
+    assert_eq!(setup.get(port), "hello from nobody\n");
+    wait_until("a line in the new access log", || {
+        std::fs::read_to_string(&setup.log).is_ok_and(|t| t.lines().count() >= 1)
+    });
+    assert_eq!(std::fs::metadata(&setup.log).unwrap().uid(), 0);
+    let (status, report) = server.stop();
+    assert!(status.success(), "{status}: {report}");
+    assert!(!alive(child), "the server process outlived its parent");
+}
+
+#[test]
+fn a_server_process_that_dies_is_replaced() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let _serial = common::serial();
+    let setup = Setup::new("");
+    let server = Server::run(&setup.cfg, &[]);
+    let port = server.port;
+    let child = server_pid(&server.wait_for_output("parent process ", 1));
+    assert_eq!(setup.get(port), "hello from nobody\n");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child as i32).unwrap(),
+        Signal::KILL,
+    )
+    .unwrap();
+    let out = server.wait_for_output(" started", 1);
+    let next = server_pid(&out);
+    assert_ne!(next, child, "{out}");
+    assert!(server
+        .log()
+        .contains(&format!("the server process {child} exited")));
+    assert_eq!(setup.get(port), "hello from nobody\n");
+    let (status, report) = server.stop();
+    assert!(status.success(), "{status}: {report}");
+}
+
+#[test]
+fn an_upgrade_starts_a_new_parent_on_the_same_sockets() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let _serial = common::serial();
+    let setup = Setup::new("");
+    let mut server = Server::run(&setup.cfg, &["--admin", "127.0.0.1:0"]);
+    let port = server.port;
+    let child = server_pid(&server.wait_for_output("parent process ", 1));
+    assert_eq!(setup.get(port), "hello from nobody\n");
+    server.signal(Signal::USR2);
+    let out = server.wait_for_output("upgraded: new process ", 1);
+    let new_parent: u32 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("upgraded: new process "))
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    // The old parent and its server process finish and exit 0.
+    let status = server
+        .wait_exit(Duration::from_secs(60))
+        .expect("the old parent did not exit");
+    assert!(status.success(), "{status}");
+    wait_until("the old server process to exit", || !alive(child));
+    // The new parent is root, its server process nobody, on the same port.
+    assert_eq!(status_field(new_parent, "Uid:"), "0 0 0 0");
+    assert_eq!(setup.get(port), "hello from nobody\n");
+    let p = rustix::process::Pid::from_raw(new_parent as i32).unwrap();
+    rustix::process::kill_process(p, Signal::TERM).unwrap();
+    wait_until("the new parent to exit", || !alive(new_parent));
+}
+
+#[test]
+fn a_second_tlsfront_on_the_same_address_is_refused() {
+    let _serial = common::serial();
+    let first = Server::start(&[]);
+    let addr = format!("127.0.0.1:{}", first.port);
+    let out = common::tool("env")
+        .arg(env!("CARGO_BIN_EXE_tlsfront"))
+        .args(["serve", "--listen", &addr])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a second server started: {err}");
+    assert!(
+        err.contains(&format!("cannot listen on {addr}")) && err.contains("another process"),
+        "{err}"
+    );
+    first.stop();
+}
