@@ -65,6 +65,8 @@ impl Held {
         let mut held = Held::default();
         held.files.extend(settings.file.iter().cloned());
         held.files.extend(settings.ticket_keys.iter().cloned());
+        // A private CA's roots, for the ACME client in the server process.
+        held.files.extend(settings.acme.extra_roots.iter().cloned());
         for site in &settings.sites {
             for (cert, key) in &site.certs {
                 held.files.insert(cert.clone());

@@ -1,8 +1,8 @@
 //! Running as an unprivileged user (nginx's `user`, HAProxy's `user`/`group`):
-//! started as root, tlsfront reads its keys and binds its ports, then takes
-//! the configured user's identity for good, before any worker starts. The
-//! names are looked up when the settings are read, so that a wrong one is
-//! refused at once, naming where it was set.
+//! the names are looked up when the settings are read, so that a wrong one is
+//! refused at once, naming where it was set; the server process of
+//! tlsfront's privileged parent ([`crate::parent`]) takes that identity for
+//! good before it reads a file.
 
 use nix::unistd::{Gid, Group, Uid, User};
 use std::ffi::CString;

@@ -662,3 +662,84 @@ fn tlsfront_gets_renews_and_adds_certificates_by_acme() {
     let (status, report) = server.stop();
     assert!(status.success(), "{report}");
 }
+
+/// The packaged set-up: started as root with `user = "nobody"`. The parent
+/// makes the ACME state directory for nobody (0700), the server process
+/// orders and stores the certificate there as nobody, and serves it; a
+/// state directory someone else owns is refused at start, naming the fix.
+#[test]
+fn tlsfront_as_user_stores_acme_certificates_in_a_directory_it_owns() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let port = free_tcp_port();
+    let pebble = start_pebble(port);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let www = dir.path().join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("id.txt"), "acme site\n").unwrap();
+    let state = dir.path().join("state");
+    let config = dir.path().join("tlsfront.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "user = \"nobody\"\nacme_directory = {:?}\nacme_ca_roots = {:?}\nstate_dir = {:?}\n\
+             [[site]]\nnames = [\"a.tlsfront.test\"]\nacme = true\nroot = {:?}\n",
+            pebble.directory,
+            pebble.https_ca.display().to_string(),
+            state.display().to_string(),
+            www.display().to_string()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let listen = format!("127.0.0.1:{port}");
+    let server = common::Server::run(&config, &["--listen", &listen]);
+    let out = server.wait_for_output("certificate issued by", 1);
+    assert!(out.contains("for a.tlsfront.test"), "{out}{}", server.log());
+    let acme_dir = state.join("acme");
+    let meta = std::fs::metadata(&acme_dir).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (65534, 0o700));
+    let stored = std::fs::read_dir(acme_dir.join("certs"))
+        .unwrap()
+        .flatten()
+        .next()
+        .expect("no stored certificate");
+    assert_eq!(std::fs::metadata(stored.path()).unwrap().uid(), 65534);
+    let root = dir.path().join("pebble-root.pem");
+    std::fs::write(&root, pebble.mgmt_get("/roots/0")).unwrap();
+    let out = tool("curl")
+        .args(["-sS", "--max-time", "20", "--cacert"])
+        .arg(&root)
+        .args(["--resolve", &format!("a.tlsfront.test:{port}:127.0.0.1")])
+        .arg(format!("https://a.tlsfront.test:{port}/id.txt"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "acme site\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, report) = server.stop();
+    assert!(status.success(), "{report}");
+
+    // State written by another user (root, as before the parent existed):
+    // refused at start with the fix, rather than served as a placeholder.
+    std::os::unix::fs::chown(&acme_dir, Some(0), Some(0)).unwrap();
+    let out = std::process::Command::new(common::BIN)
+        .args(["run", "--config"])
+        .arg(&config)
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("chown -R 65534:65534 {}", acme_dir.display())),
+        "{err}"
+    );
+}
