@@ -4,6 +4,7 @@
 //! its line (a once-per-process warning would stay silent).
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -11,13 +12,15 @@ use std::time::{Duration, Instant};
 pub const EVERY: Duration = Duration::from_secs(10);
 
 /// When each kind last got a line, and how many were left out since.
-pub struct LogLimit {
+/// Kinds are tlsfront's own names (`&'static str`), or the libraries'
+/// targets (`String`, see [`LibraryWarnings`]).
+pub struct LogLimit<K = &'static str> {
     every: Duration,
-    kinds: Mutex<HashMap<&'static str, (Instant, u64)>>,
+    kinds: Mutex<HashMap<K, (Instant, u64)>>,
 }
 
-impl LogLimit {
-    pub fn new(every: Duration) -> LogLimit {
+impl<K: Hash + Eq> LogLimit<K> {
+    pub fn new(every: Duration) -> LogLimit<K> {
         LogLimit {
             every,
             kinds: Mutex::new(HashMap::new()),
@@ -26,25 +29,25 @@ impl LogLimit {
 
     /// May a line of `kind` be written now? If so, the lines of that kind
     /// left out since the last one, as text to append (empty if none).
-    pub fn allow(&self, kind: &'static str) -> Option<Suppressed> {
+    pub fn allow(&self, kind: K) -> Option<Suppressed> {
         self.allow_at(kind, Instant::now())
     }
 
     /// Start `kind`'s interval now without writing a line of it: a line of
     /// another kind has just said as much. Lines left out stay counted, to
     /// be reported with the next line of `kind`.
-    pub fn hold(&self, kind: &'static str) {
+    pub fn hold(&self, kind: K) {
         self.hold_at(kind, Instant::now())
     }
 
-    fn hold_at(&self, kind: &'static str, now: Instant) {
+    fn hold_at(&self, kind: K, now: Instant) {
         let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
         kinds.entry(kind).or_insert((now, 0)).0 = now;
     }
 
-    fn allow_at(&self, kind: &'static str, now: Instant) -> Option<Suppressed> {
+    fn allow_at(&self, kind: K, now: Instant) -> Option<Suppressed> {
         let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
-        match kinds.get_mut(kind) {
+        match kinds.get_mut(&kind) {
             Some((last, left_out)) if now.saturating_duration_since(*last) < self.every => {
                 *left_out += 1;
                 None
@@ -73,6 +76,84 @@ impl std::fmt::Display for Suppressed {
             1 => f.write_str(" (1 similar line left out)"),
             n => write!(f, " ({n} similar lines left out)"),
         }
+    }
+}
+
+/// The libraries' warnings (rustls's, above all: a client with an
+/// IP-literal or malformed SNI makes it warn once per handshake), held to
+/// the same limit as tlsfront's own client-provoked lines: at most one per
+/// library target per [`EVERY`], said again by tlsfront with the count of
+/// those left out. A layer beside the formatting one, which is given
+/// [`is_library_warning`] events no more.
+pub struct LibraryWarnings {
+    limit: LogLimit<String>,
+}
+
+impl Default for LibraryWarnings {
+    fn default() -> LibraryWarnings {
+        LibraryWarnings {
+            limit: LogLimit::new(EVERY),
+        }
+    }
+}
+
+/// A warning or error of a library (not one of tlsfront's own events).
+pub fn is_library_warning(m: &tracing::Metadata<'_>) -> bool {
+    !m.target().starts_with("tlsfront") && *m.level() <= tracing::Level::WARN
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for LibraryWarnings {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let m = event.metadata();
+        if !is_library_warning(m) {
+            return;
+        }
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        // Events of the `log` crate (rustls's) come through tracing-log,
+        // under the target "log" with the real one as a field.
+        let target = fields.log_target.unwrap_or_else(|| m.target().to_string());
+        let Some(left_out) = self.limit.allow(target.clone()) else {
+            return;
+        };
+        let message = fields.message;
+        if *m.level() == tracing::Level::ERROR {
+            tracing::error!(target: "tlsfront::library", "{target}: {message}{left_out}");
+        } else {
+            tracing::warn!(target: "tlsfront::library", "{target}: {message}{left_out}");
+        }
+    }
+}
+
+/// An event's message (with its other fields, as `name=value`), and the
+/// target of a `log` record.
+#[derive(Default)]
+struct Fields {
+    message: String,
+    log_target: Option<String>,
+}
+
+impl tracing::field::Visit for Fields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "log.target" {
+            self.log_target = Some(value.to_string());
+        } else {
+            self.record_debug(field, &value);
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write;
+        if field.name().starts_with("log.") {
+            return;
+        }
+        if !self.message.is_empty() {
+            self.message.push(' ');
+        }
+        let _ = match field.name() {
+            "message" => write!(self.message, "{value:?}"),
+            name => write!(self.message, "{name}={value:?}"),
+        };
     }
 }
 

@@ -17,13 +17,7 @@ const DEFAULT_LOG: &str = "warn,tlsfront=info";
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TLSFRONT_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG)),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_log();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => serve(move || args.resolve()),
@@ -101,6 +95,27 @@ fn revoke(config: std::path::PathBuf, name: &str) -> Result<(), String> {
         )),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// The event log on stderr, filtered by `TLSFRONT_LOG` (else
+/// [`DEFAULT_LOG`]); the libraries' warnings rate-limited
+/// ([`tlsfront::lograte::LibraryWarnings`]); colours only on a terminal (not
+/// in a file or the journal).
+fn init_log() {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{filter, EnvFilter, Layer};
+    let env =
+        || EnvFilter::try_from_env("TLSFRONT_LOG").unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG));
+    let not_library = filter::filter_fn(|m| !tlsfront::lograte::is_library_warning(m));
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_filter(filter::FilterExt::and(env(), not_library));
+    tracing_subscriber::registry()
+        .with(fmt)
+        .with(tlsfront::lograte::LibraryWarnings::default().with_filter(env()))
+        .init();
 }
 
 /// Resolve the settings and run them. SIGHUP resolves them again: the
