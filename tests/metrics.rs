@@ -3,9 +3,13 @@
 //! through curl (200s and 404s), a resumed session (openssl s_client), then
 //! a Prometheus scraping `/metrics` every second, asked through its HTTP
 //! API until the counts made here appear, and until a reload that drops a
-//! site drops its certificate's series. Also `/healthz` (200 while
-//! serving, 503 once draining), the admin socket handed on in an upgrade,
-//! and a bad `admin` address refused with where it was set.
+//! site drops its certificate's series. Both exposition formats checked by
+//! promtool (the text format linted, OpenMetrics parsed by its strict
+//! parser), chosen by `Accept`; handshakes counted by what they negotiated
+//! (openssl s_client picking version, suite and group). `/healthz` (200
+//! while serving, 503 once draining) and `/metrics` answered beside idle
+//! and half-sent admin connections, the admin socket handed on in an
+//! upgrade, and a bad `admin` address refused with where it was set.
 
 mod common;
 
@@ -53,6 +57,20 @@ fn admin(addr: &str, method: &str, path: &str) -> (String, String) {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let (body, status) = text.rsplit_once('\n').unwrap_or_default();
     (status.to_string(), body.trim_end().to_string())
+}
+
+/// `/metrics` as a scraper sending `accept` gets it: (content type, body).
+fn scrape(addr: &str, accept: Option<&str>) -> (String, String) {
+    let mut c = tool("curl");
+    c.args(["-sS", "--max-time", "10", "-w", "\n%{content_type}"]);
+    if let Some(a) = accept {
+        c.arg("-H").arg(format!("Accept: {a}"));
+    }
+    let out = c.arg(format!("http://{addr}/metrics")).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, kind) = text.rsplit_once('\n').unwrap_or_default();
+    (kind.to_string(), body.to_string())
 }
 
 /// HTTPS requests to `name` on `port`, one curl, one connection; their
@@ -253,10 +271,13 @@ fn prometheus_scrapes_what_was_served() {
         "the session was not resumed"
     );
 
-    // The text Prometheus will read, as it reads it.
-    let (status, text) = admin(&addr, "GET", "/metrics");
-    assert_eq!(status, "200");
-    assert!(text.ends_with("# EOF"), "{text}");
+    // The text Prometheus will read, as it asks for it.
+    let (kind, text) = scrape(
+        &addr,
+        Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"),
+    );
+    assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
+    assert!(text.ends_with("# EOF\n"), "{text}");
 
     let prometheus = Prometheus::start(&addr);
     prometheus.wait_value("up{job=\"tlsfront\"}", |v| v == 1.0);
@@ -296,6 +317,22 @@ fn prometheus_scrapes_what_was_served() {
     }
     prometheus.wait_value("tlsfront_build_info", |v| v == 1.0);
     prometheus.wait_value("tlsfront_ticket_key_age_seconds", |v| v >= 0.0);
+    // What operators look for beside the counters above.
+    prometheus.wait_value("process_open_fds", |v| v >= 3.0);
+    prometheus.wait_value("process_start_time_seconds", |v| {
+        v <= now && v > now - 3600.0
+    });
+    prometheus.wait_value("sum(tlsfront_handshake_duration_seconds_count)", |v| {
+        v >= 4.0
+    });
+    prometheus.wait_value("sum(tlsfront_tls_negotiated_total)", |v| v >= 4.0);
+    prometheus.wait_value("tlsfront_connections_limit", |v| v > 0.0);
+    prometheus.wait_value("tlsfront_config_last_reload_successful", |v| v == 1.0);
+    // Known failure reasons are there at zero before any happens.
+    prometheus.wait_value(
+        "tlsfront_handshake_failures_total{reason=\"hello_unrecognized_name\"}",
+        |v| v == 0.0,
+    );
 
     // A reload without the backend site: its certificate's series goes,
     // the other site's stays.
@@ -303,10 +340,18 @@ fn prometheus_scrapes_what_was_served() {
     let text = std::fs::read_to_string(&config).unwrap();
     let files_only = &text[..text.rfind("[[site]]").unwrap()];
     std::fs::write(&config, files_only).unwrap();
+    let loaded = prometheus.wait_value(
+        "tlsfront_config_last_reload_success_timestamp_seconds",
+        |v| v > 0.0,
+    );
     server.reload();
     let out = server.wait_for_output("reloaded", 1);
     assert!(out.contains(": 1 site"), "{out}");
     prometheus.wait_value("tlsfront_reloads_total", |v| v == 1.0);
+    prometheus.wait_value(
+        "tlsfront_config_last_reload_success_timestamp_seconds",
+        |v| v > loaded,
+    );
     prometheus.wait(
         "tlsfront_certificate_expiry_timestamp_seconds{site=\"backend.test\"}",
         |r| r.is_empty(),
@@ -315,6 +360,14 @@ fn prometheus_scrapes_what_was_served() {
         "count(tlsfront_certificate_expiry_timestamp_seconds{site=\"files.test\"})",
         |v| v == 1.0,
     );
+    // A refused reload: the last one failed, the time stays.
+    std::fs::write(&config, format!("{files_only}\n[[site]]\nnames = 3\n")).unwrap();
+    server.reload();
+    prometheus.wait_value("tlsfront_config_last_reload_successful", |v| v == 0.0);
+    prometheus.wait_value("tlsfront_errors_total{kind=\"reload_failed\"}", |v| {
+        v == 1.0
+    });
+    prometheus.wait_value("tlsfront_reloads_total", |v| v == 1.0);
     drop(prometheus);
 
     // The shutdown summary is unchanged, and counts the same.
@@ -433,4 +486,214 @@ fn an_upgrade_hands_the_admin_address_on() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The metrics with `Accept: accept`, after a few handshakes and
+/// requests, written to a file in `dir`; the content type.
+fn scrape_to(addr: &str, accept: &str, file: &Path) -> String {
+    let (kind, text) = scrape(addr, Some(accept));
+    std::fs::write(file, text).unwrap();
+    kind
+}
+
+#[test]
+fn both_formats_pass_promtool() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::run(&two_sites(dir.path()), &[]);
+    let addr = admin_addr(&server);
+    assert_eq!(
+        get(server.port, "files.test", &["/id.txt", "/nope"]),
+        ["200", "404"]
+    );
+
+    // The text format 0.0.4, to what asks for it (and to what asks for
+    // nothing in particular), linted by promtool: no issue at all.
+    let text = dir.path().join("metrics.txt");
+    for accept in ["text/plain;version=0.0.4", "*/*"] {
+        let kind = scrape_to(&addr, accept, &text);
+        assert_eq!(kind, "text/plain; version=0.0.4; charset=utf-8");
+        let out = tool("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::fs::File::open(&text).unwrap())
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success() && said.trim().is_empty(), "{said}");
+    }
+    let body = std::fs::read_to_string(&text).unwrap();
+    assert!(
+        body.contains("# TYPE tlsfront_responses_total counter\n")
+            && body.contains("tlsfront_responses_total{site=\"files.test\",status=\"404\"} 1\n")
+            && !body.contains("# EOF"),
+        "{body}"
+    );
+
+    // OpenMetrics, read by promtool's strict OpenMetrics parser (its
+    // backfill, which wants a timestamp on every sample: given here).
+    let om = dir.path().join("metrics.om");
+    let kind = scrape_to(&addr, "application/openmetrics-text; version=1.0.0", &om);
+    assert_eq!(
+        kind,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let stamped: String = std::fs::read_to_string(&om)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            if l.starts_with('#') {
+                format!("{l}\n")
+            } else {
+                format!("{l} {now}\n")
+            }
+        })
+        .collect();
+    assert!(stamped.ends_with("# EOF\n"), "{stamped}");
+    std::fs::write(&om, stamped).unwrap();
+    let out = tool("promtool")
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(&om)
+        .arg(dir.path().join("blocks"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = server.stop();
+}
+
+/// The value of the sample line starting with `series ` in `text`.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.parse().ok())
+}
+
+/// Scrape (text format) until `ok` holds for the text, up to 20 s; the text.
+fn scrape_until(addr: &str, what: &str, ok: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, text) = scrape(addr, None);
+        if ok(&text) {
+            return text;
+        }
+        assert!(Instant::now() < deadline, "no {what} after 20 s:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn handshakes_count_what_they_negotiated() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::run(&two_sites(dir.path()), &[]);
+    let addr = admin_addr(&server);
+    let port = server.port;
+    let hello = |args: &[&str]| {
+        let mut all = vec!["-servername", "files.test"];
+        all.extend_from_slice(args);
+        let (out, err, _) = s_client(
+            port,
+            &all,
+            &[Step::WaitFor("Verify return code")],
+            Duration::from_secs(20),
+        );
+        assert!(out.contains("New, TLSv1"), "no handshake: {out}{err}");
+        out
+    };
+    hello(&[
+        "-tls1_3",
+        "-ciphersuites",
+        "TLS_CHACHA20_POLY1305_SHA256",
+        "-groups",
+        "P-256",
+    ]);
+    // P-256 too: in TLS 1.2 the groups also name the curves the client
+    // takes an ECDSA certificate on.
+    let client_saw = hello(&["-tls1_2", "-groups", "X25519:P-256"]);
+    assert!(
+        client_saw.contains("Server Temp Key: X25519"),
+        "{client_saw}"
+    );
+    let series13 = "tlsfront_tls_negotiated_total{version=\"TLSv1.3\",\
+                    cipher_suite=\"TLS13_CHACHA20_POLY1305_SHA256\",group=\"secp256r1\"}";
+    let text = scrape_until(&addr, "two handshakes", |t| {
+        sample(t, "tlsfront_handshakes_total{kind=\"full\"}") == Some(2.0)
+    });
+    assert_eq!(sample(&text, series13), Some(1.0), "{text}");
+    let tls12: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("tlsfront_tls_negotiated_total{version=\"TLSv1.2\""))
+        .collect();
+    assert!(
+        tls12.len() == 1
+            && tls12[0].contains("cipher_suite=\"TLS_ECDHE_")
+            && tls12[0].ends_with("group=\"X25519\"} 1"),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "tlsfront_handshake_duration_seconds_count{kind=\"full\"}"
+        ),
+        Some(2.0),
+        "{text}"
+    );
+    let took = sample(
+        &text,
+        "tlsfront_handshake_duration_seconds_sum{kind=\"full\"}",
+    );
+    assert!(took.is_some_and(|s| s > 0.0 && s < 40.0), "{text}");
+
+    // The process's open descriptors as the kernel lists them (the
+    // server's own fd count moves little while it is idle: listeners,
+    // epoll, eventfds, the admin socket).
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", server.pid()))
+        .unwrap()
+        .count() as f64;
+    let said = sample(&text, "process_open_fds").unwrap();
+    assert!(said >= 5.0 && (said - fds).abs() <= 8.0, "{said} vs {fds}");
+    assert!(sample(&text, "process_max_fds").unwrap() >= said);
+    let rss = sample(&text, "process_resident_memory_bytes").unwrap();
+    assert!(rss > 1e6 && rss < 1e10, "{rss}");
+    let _ = server.stop();
+}
+
+/// `/healthz` and `/metrics` answered at once (curl's own bound is the
+/// safety net) while `idle` connections that send nothing and a client
+/// that sent half a request are open to the admin port.
+fn admin_answers_beside(addr: &str, idle: &[std::net::TcpStream]) {
+    assert!(!idle.is_empty());
+    assert_eq!(admin(addr, "GET", "/healthz"), ("200".into(), "ok".into()));
+    let (status, body) = admin(addr, "GET", "/metrics");
+    assert_eq!(status, "200");
+    assert!(body.contains("tlsfront_build_info{"), "{body}");
+}
+
+#[test]
+fn idle_admin_connections_do_not_silence_it() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::run(&two_sites(dir.path()), &[]);
+    let addr = admin_addr(&server);
+    let connect = || std::net::TcpStream::connect(&addr).unwrap();
+    let mut idle: Vec<std::net::TcpStream> = (0..64).map(|_| connect()).collect();
+    let mut slow = connect();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: admin\r\n")
+        .unwrap();
+    idle.push(slow);
+    admin_answers_beside(&addr, &idle);
+    // More than the listener keeps open: the oldest idle ones make room.
+    idle.extend((0..300).map(|_| connect()));
+    admin_answers_beside(&addr, &idle);
+    let _ = server.stop();
 }
