@@ -112,7 +112,7 @@ fn session(port: u16, name: &str, out: Option<&Path>, resume: Option<&Path>) -> 
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let steps = match out {
         Some(p) => vec![Step::WaitForFile(p)],
-        None => vec![Step::Sleep(300)],
+        None => vec![Step::WaitFor("Verify return code")],
     };
     let (stdout, stderr, _) = s_client(port, &args, &steps, Duration::from_secs(20));
     assert!(
@@ -383,32 +383,43 @@ fn healthz_turns_503_while_draining() {
     let addr = admin_addr(&server);
     assert_eq!(admin(&addr, "GET", "/healthz").0, "200");
     // A connection that has not sent its request yet holds the drain open
-    // (its first request is still answered).
+    // (its first request is still answered): it sends it once the test has
+    // seen the 503 (the file appears).
     let port = server.port;
+    let go = dir.path().join("go");
+    let go_in = go.clone();
     let holder = std::thread::spawn(move || {
         s_client(
             port,
             &["-servername", "files.test"],
             &[
                 Step::WaitFor("Verify return code"),
-                Step::Sleep(2500),
+                Step::WaitForFile(&go_in),
                 Step::Send(
                     b"GET /id.txt HTTP/1.1\r\nHost: files.test\r\nConnection: close\r\n\r\n",
                 ),
                 Step::WaitFor("files"),
             ],
-            Duration::from_secs(20),
+            Duration::from_secs(40),
         )
     });
-    std::thread::sleep(Duration::from_millis(800));
+    // The holder's handshake is done (the site counts it) before the drain.
+    scrape_until(&addr, "the holder's connection", |t| {
+        sample(t, "tlsfront_site_connections_active{site=\"files.test\"}") == Some(1.0)
+    });
     server.signal(rustix::process::Signal::TERM);
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(20);
     let mut seen = admin(&addr, "GET", "/healthz");
     while seen.0 != "503" && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
         seen = admin(&addr, "GET", "/healthz");
     }
     assert_eq!(seen, ("503".into(), "draining".into()));
+    // Metrics are still answered while draining.
+    let (status, body) = admin(&addr, "GET", "/metrics");
+    assert_eq!(status, "200");
+    assert!(body.contains("tlsfront_build_info{"), "{body}");
+    std::fs::write(&go, "go").unwrap();
     let (out, _, _) = holder.join().unwrap();
     assert!(out.contains("HTTP/1.1 200"), "{out}");
     assert!(server.wait_exit(Duration::from_secs(20)).is_some());
