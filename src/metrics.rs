@@ -1116,6 +1116,16 @@ mod tests {
                 ),
                 OpenMetrics,
             ),
+            // Prometheus 3's (UTF-8 escaping asked for; these names need none).
+            (
+                Some(
+                    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,\
+                     application/openmetrics-text;version=0.0.1;q=0.4,text/plain;\
+                     version=1.0.0;escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,\
+                     */*;q=0.1",
+                ),
+                OpenMetrics,
+            ),
             // Preference, not order, decides.
             (
                 Some("application/openmetrics-text; version=1.0.0; q=0.2, text/plain; q=0.9"),

@@ -516,6 +516,19 @@ fn both_formats_pass_promtool() {
         get(server.port, "files.test", &["/id.txt", "/nope"]),
         ["200", "404"]
     );
+    // Every kind of family with series: a backend failure, a resumption.
+    assert_ne!(get(server.port, "backend.test", &["/"]), ["200"]);
+    let ticket = dir.path().join("session.pem");
+    assert!(!session(server.port, "files.test", Some(&ticket), None));
+    assert!(session(server.port, "files.test", None, Some(&ticket)));
+    // Counted once the server has seen the client's Finished.
+    scrape_until(&addr, "the backend failure and the resumption", |t| {
+        sample(
+            t,
+            "tlsfront_backend_errors_total{site=\"backend.test\",kind=\"refused\"}",
+        ) == Some(1.0)
+            && sample(t, "tlsfront_handshakes_total{kind=\"resumed\"}") == Some(1.0)
+    });
 
     // The text format 0.0.4, to what asks for it (and to what asks for
     // nothing in particular), linted by promtool: no issue at all.
