@@ -79,7 +79,9 @@ pub(super) fn bind(
             }
             sock.set_nonblocking(true).map_err(fail)?;
             sock.bind(&addr.into()).map_err(fail)?;
-            sock.listen(64).map_err(fail)?;
+            // Room for a burst of connections as large as the slots, so
+            // that a scraper's SYN is not dropped behind idle ones.
+            sock.listen(MAX_CONNECTIONS as i32).map_err(fail)?;
             sock.into()
         }
     };
