@@ -716,6 +716,14 @@ fn idle_admin_connections_do_not_silence_it() {
         .unwrap();
     idle.push(slow);
     admin_answers_beside(&addr, &idle);
+    // It answered from a thread of its own (not the main thread's, which
+    // does reloads and upgrades): `top -H` shows it.
+    let threads: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", server.pid()))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|c| c.trim().to_string())
+        .collect();
+    assert!(threads.iter().any(|t| t == "admin"), "{threads:?}");
     // More than the listener keeps open: the oldest idle ones make room.
     idle.extend((0..300).map(|_| connect()));
     admin_answers_beside(&addr, &idle);
