@@ -8,8 +8,9 @@
 //! parser), chosen by `Accept`; handshakes counted by what they negotiated
 //! (openssl s_client picking version, suite and group). `/healthz` (200
 //! while serving, 503 once draining) and `/metrics` answered beside idle
-//! and half-sent admin connections, the admin socket handed on in an
-//! upgrade, and a bad `admin` address refused with where it was set.
+//! and half-sent admin connections and while a reload is stuck reading a
+//! certificate from a FIFO, the admin socket handed on in an upgrade, and
+//! a bad `admin` address refused with where it was set.
 
 mod common;
 
@@ -727,5 +728,93 @@ fn idle_admin_connections_do_not_silence_it() {
     // More than the listener keeps open: the oldest idle ones make room.
     idle.extend((0..300).map(|_| connect()));
     admin_answers_beside(&addr, &idle);
+    let _ = server.stop();
+}
+
+#[test]
+fn admin_answers_while_a_reload_is_stuck() {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let config = two_sites(dir.path());
+    let server = Server::run(&config, &[]);
+    let addr = admin_addr(&server);
+    // A new site whose certificate is a FIFO: the reload (on the main
+    // thread, which also handles signals) reads it and waits there until
+    // the test writes the certificate.
+    let (cert, key) = (dir.path().join("slow.pem"), dir.path().join("slow.key"));
+    let made = tool("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:P-256", "-nodes", "-days", "30"])
+        .args([
+            "-subj",
+            "/CN=slow.test",
+            "-addext",
+            "subjectAltName=DNS:slow.test",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let pem = std::fs::read(&cert).unwrap();
+    std::fs::remove_file(&cert).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &cert,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from(0o600),
+        0,
+    )
+    .unwrap();
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "[[site]]\nnames = [\"slow.test\"]\nroot = {:?}\ncert = {:?}\nkey = {:?}\n",
+        dir.path().join("root").display().to_string(),
+        cert.display().to_string(),
+        key.display().to_string(),
+    ));
+    std::fs::write(&config, text).unwrap();
+    server.reload();
+    // The write end opens (without blocking) once the reload has opened
+    // the read end: the reload is waiting for the certificate now.
+    let writer = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+            .open(&cert)
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut fifo = loop {
+        match writer() {
+            Ok(f) => break f,
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "the reload did not open the certificate in 20 s: {e}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    admin_answers_beside(&addr, &[std::net::TcpStream::connect(&addr).unwrap()]);
+    assert!(!server.output().contains("reloaded"), "{}", server.output());
+    // Let the reload go on; it may open the file again.
+    fifo.write_all(&pem).unwrap();
+    drop(fifo);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !server.output().contains("reloaded") {
+        if let Ok(mut again) = writer() {
+            let _ = again.write_all(&pem);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no reload in 20 s: {}",
+            server.output()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = server.wait_for_output("reloaded", 1);
+    assert!(out.contains(": 3 sites"), "{out}");
     let _ = server.stop();
 }
