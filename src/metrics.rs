@@ -1,6 +1,9 @@
 //! The process's metrics, in one `prometheus-client` registry: what the
-//! admin listener's `/metrics` encodes (docs/METRICS.md lists every family)
-//! and what the shutdown summary ([`Metrics::report`]) is read from.
+//! admin listener's `/metrics` encodes (docs/METRICS.md lists every family),
+//! in OpenMetrics or in the Prometheus text format 0.0.4 as the scraper's
+//! `Accept` asks ([`Format`]), and what the shutdown summary
+//! ([`Metrics::report`]) is read from. Also the `process_*` families, read
+//! from `/proc/self` at each scrape.
 //!
 //! Cost on the data path is the point of this project, so no label set is
 //! hashed per byte count: a site's counters ([`SiteMetrics`]) are looked up
@@ -10,15 +13,17 @@
 //! looked up when the event happens.
 
 use crate::transport::Path;
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Why a connection stayed in user-space TLS.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,7 +78,7 @@ const PATHS: [Path; 2] = [Path::Ktls, Path::Userspace];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PathSite {
-    path: &'static str,
+    data_path: &'static str,
     site: Arc<str>,
 }
 
@@ -113,6 +118,323 @@ struct Reason {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Version {
     version: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Negotiated {
+    version: &'static str,
+    cipher_suite: &'static str,
+    group: &'static str,
+}
+
+/// Buckets of the handshake duration: from a resumption on loopback to a
+/// full handshake with a slow client far away (the default handshake
+/// timeout ends them).
+const HANDSHAKE_BUCKETS: [f64; 13] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+/// The reasons a handshake fails that tlsfront names (the `reason` label
+/// of `tlsfront_handshake_failures_total`), made at zero on start so that
+/// `increase()` sees a first failure; a reason not listed here still
+/// counts, from its first event.
+const HANDSHAKE_FAILURES: [&str; 14] = [
+    "eof",
+    "timeout",
+    "plaintext_on_tls_port",
+    "hello_obsolete_version",
+    "hello_inappropriate_fallback",
+    "hello_renegotiation_info",
+    "hello_unrecognized_name",
+    "tls",
+    "tls_protocol",
+    "peer_alert",
+    "record_limit",
+    "reset",
+    "io",
+    "other",
+];
+
+/// Likewise for `tlsfront_errors_total`: the kinds an alert is likely to
+/// watch (limits, failed reloads and upgrades, panics, backends).
+const ERRORS: [&str; 16] = [
+    "accept",
+    "connection_limit",
+    "handshake_timeout",
+    "ktls_setup",
+    "panic",
+    "reload_failed",
+    "upgrade_failed",
+    "acme_failed",
+    "admin_connection_limit",
+    "proxy_untrusted",
+    "proxy_header",
+    "backend_refused",
+    "backend_timeout",
+    "backend_unreachable",
+    "backend_error",
+    "send_timeout",
+];
+
+/// The error kind of a refused reload: it also turns
+/// `tlsfront_config_last_reload_successful` to 0.
+const RELOAD_FAILED: &str = "reload_failed";
+
+/// The exposition format of a scrape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// OpenMetrics 1.0 text, what Prometheus asks for first.
+    OpenMetrics,
+    /// The Prometheus text format 0.0.4: what anything else gets
+    /// (`promtool check metrics`, older scrapers, a browser, curl).
+    Text,
+}
+
+impl Format {
+    /// The format an `Accept` header asks for, as the Go client
+    /// (`expfmt.NegotiateIncludingOpenMetrics`) decides: the media ranges
+    /// by preference (`q`), the first that is OpenMetrics (version 1.0.0,
+    /// 0.0.1 or none) or `text/plain` (version 0.0.4 or none) wins, and
+    /// the text format when none is (`*/*`, no header).
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        let Some(accept) = accept else {
+            return Format::Text;
+        };
+        let mut ranges: Vec<(f64, Option<Format>)> = accept
+            .split(',')
+            .map(|range| {
+                let mut parts = range.split(';');
+                let kind = parts.next().unwrap_or_default().trim();
+                let mut q = 1.0;
+                let mut version = None;
+                for p in parts {
+                    let Some((k, v)) = p.split_once('=') else {
+                        continue;
+                    };
+                    let v = v.trim().trim_matches('"');
+                    match k.trim().to_ascii_lowercase().as_str() {
+                        "q" => q = v.parse().unwrap_or(0.0),
+                        "version" => version = Some(v.to_string()),
+                        _ => {}
+                    }
+                }
+                let version = version.as_deref();
+                let format = if kind.eq_ignore_ascii_case("application/openmetrics-text")
+                    && matches!(version, None | Some("1.0.0") | Some("0.0.1"))
+                {
+                    Some(Format::OpenMetrics)
+                } else if kind.eq_ignore_ascii_case("text/plain")
+                    && matches!(version, None | Some("0.0.4"))
+                {
+                    Some(Format::Text)
+                } else {
+                    None
+                };
+                (q, format)
+            })
+            .filter(|(q, _)| *q > 0.0)
+            .collect();
+        // Stable: among equal preferences the header's order decides.
+        ranges.sort_by(|a, b| b.0.total_cmp(&a.0));
+        ranges
+            .into_iter()
+            .find_map(|(_, f)| f)
+            .unwrap_or(Format::Text)
+    }
+
+    /// The answer's `Content-Type`.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+}
+
+/// OpenMetrics text as `prometheus-client` writes it, rewritten to the
+/// Prometheus text format 0.0.4. Sound for what that encoder writes (each
+/// family is `# HELP`, `# TYPE`, maybe `# UNIT`, then its samples, and this
+/// registry has no exemplars): a counter's family is named with its
+/// `_total` as its samples are, `# UNIT` and `# EOF` go, `_created`
+/// samples go, `unknown` is `untyped` and `info` a gauge named `_info`.
+/// Label values are escaped alike in both formats, and no help text here
+/// has a character the two escape differently (a test checks).
+fn openmetrics_to_text(om: &str) -> String {
+    let mut out = String::with_capacity(om.len());
+    let mut help: Option<&str> = None;
+    let mut counter: Option<String> = None;
+    for line in om.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            help = rest.split_once(' ').map(|(_, text)| text);
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.rsplit_once(' ').unwrap_or((rest, "untyped"));
+            let (name, kind) = match kind {
+                "counter" => (format!("{name}_total"), "counter"),
+                "info" => (format!("{name}_info"), "gauge"),
+                "unknown" => (name.to_string(), "untyped"),
+                other => (name.to_string(), other),
+            };
+            counter = (kind == "counter").then(|| name.trim_end_matches("_total").to_string());
+            if let Some(text) = help.take() {
+                let _ = writeln!(out, "# HELP {name} {text}");
+            }
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            continue;
+        }
+        if line.starts_with('#') {
+            // `# UNIT`, `# EOF`.
+            continue;
+        }
+        if let Some(base) = &counter {
+            if line
+                .strip_prefix(base.as_str())
+                .is_some_and(|r| r.starts_with("_created"))
+            {
+                continue;
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// The `process_*` families of the Go client, read from `/proc/self` at
+/// each scrape (a family whose source cannot be read is left out).
+#[derive(Debug)]
+struct Process {
+    /// Unix time the process started, read once.
+    start: Option<f64>,
+}
+
+/// The kernel's clock ticks per second as `/proc` reports times
+/// (`USER_HZ`): 100 on every architecture Linux runs tlsfront on; the Go
+/// client's procfs assumes the same.
+const USER_HZ: f64 = 100.0;
+
+impl Process {
+    fn new() -> Process {
+        let start = (|| {
+            let boot: f64 = std::fs::read_to_string("/proc/stat")
+                .ok()?
+                .lines()
+                .find_map(|l| l.strip_prefix("btime "))?
+                .trim()
+                .parse()
+                .ok()?;
+            let ticks: f64 = stat_fields()?.get(19)?.parse().ok()?;
+            Some(boot + ticks / USER_HZ)
+        })();
+        Process { start }
+    }
+}
+
+/// The fields of `/proc/self/stat` after the command name (the first is
+/// the state, field 3 in proc(5)).
+fn stat_fields() -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
+/// A `/proc/self/status` line's value in kB, as bytes.
+fn status_bytes(status: &str, key: &str) -> Option<f64> {
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024.0)
+}
+
+fn const_metric(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    metric: impl EncodeMetric,
+) -> Result<(), std::fmt::Error> {
+    let m = encoder.encode_descriptor(name, help, unit, metric.metric_type())?;
+    metric.encode(m)
+}
+
+impl Collector for Process {
+    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let stat = stat_fields().unwrap_or_default();
+        let ticks = |i: usize| stat.get(i).and_then(|v| v.parse::<f64>().ok());
+        if let (Some(user), Some(system)) = (ticks(11), ticks(12)) {
+            let cpu = ConstCounter::new((user + system) / USER_HZ);
+            const_metric(
+                &mut e,
+                "process_cpu",
+                "Total user and system CPU time spent in seconds",
+                Some(&Unit::Seconds),
+                cpu,
+            )?;
+        }
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        if let Some(rss) = status_bytes(&status, "VmRSS:") {
+            const_metric(
+                &mut e,
+                "process_resident_memory",
+                "Resident memory size in bytes",
+                Some(&Unit::Bytes),
+                ConstGauge::new(rss),
+            )?;
+        }
+        if let Some(vsz) = status_bytes(&status, "VmSize:") {
+            const_metric(
+                &mut e,
+                "process_virtual_memory",
+                "Virtual memory size in bytes",
+                Some(&Unit::Bytes),
+                ConstGauge::new(vsz),
+            )?;
+        }
+        if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+            // Less the descriptor reading the directory.
+            let open = dir.count().saturating_sub(1);
+            const_metric(
+                &mut e,
+                "process_open_fds",
+                "Number of open file descriptors",
+                None,
+                ConstGauge::new(i64::try_from(open).unwrap_or(i64::MAX)),
+            )?;
+        }
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        if let Some(max) = limit.current {
+            const_metric(
+                &mut e,
+                "process_max_fds",
+                "Maximum number of open file descriptors",
+                None,
+                ConstGauge::new(i64::try_from(max).unwrap_or(i64::MAX)),
+            )?;
+        }
+        if let Some(start) = self.start {
+            const_metric(
+                &mut e,
+                "process_start_time",
+                "Start time of the process since unix epoch in seconds",
+                Some(&Unit::Seconds),
+                ConstGauge::new(start),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Seconds since the Unix epoch, now.
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Buckets of the request duration: from a small file answered from the
@@ -178,9 +500,17 @@ pub struct SiteMetrics {
     /// only statuses that were sent show up.
     status: [OnceLock<Counter>; STATUSES.len()],
     backend_errors: Family<SiteKind, Counter>,
+    active: Gauge,
 }
 
 impl SiteMetrics {
+    /// A connection of this site, counted in
+    /// `tlsfront_site_connections_active` until the guard drops.
+    pub fn open(&self) -> Active {
+        self.active.inc();
+        Active(self.active.clone())
+    }
+
     /// A connection on data path `p`.
     pub fn connection(&self, p: Path) {
         self.connections[idx(p)].inc();
@@ -256,7 +586,12 @@ pub struct Metrics {
     sent: Family<PathSite, Counter>,
     received: Family<PathSite, Counter>,
     active: Gauge,
+    site_active: Family<SiteLabel, Gauge>,
+    connection_limit: Gauge,
     handshakes: [Counter; 2],
+    /// Handshake durations, full and resumed.
+    handshake_duration: [Histogram; 2],
+    negotiated: Family<Negotiated, Counter>,
     handshake_failures: Named<Reason>,
     fallback: [Counter; 5],
     responses: Family<SiteStatus, Counter>,
@@ -266,6 +601,8 @@ pub struct Metrics {
     cert_expiry: Family<SiteCert, Gauge>,
     ticket_key_age: Gauge,
     reloads: Counter,
+    reload_ok: Gauge,
+    reload_time: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// The sites' handles by label: a site rebuilt by a reload keeps
     /// counting where it was.
     sites: Mutex<HashMap<Arc<str>, Arc<SiteMetrics>>>,
@@ -273,7 +610,9 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut r = Registry::with_prefix("tlsfront");
+        let mut root = Registry::default();
+        root.register_collector(Box::new(Process::new()));
+        let r = root.sub_registry_with_prefix("tlsfront");
         let connections = Family::<PathSite, Counter>::default();
         r.register(
             "connections",
@@ -300,6 +639,18 @@ impl Default for Metrics {
             "Connections open now (from accept)",
             active.clone(),
         );
+        let site_active = Family::<SiteLabel, Gauge>::default();
+        r.register(
+            "site_connections_active",
+            "Connections open now by site (from their handshake)",
+            site_active.clone(),
+        );
+        let connection_limit = Gauge::default();
+        r.register(
+            "connections_limit",
+            "Connections the workers take at once, together (each its share)",
+            connection_limit.clone(),
+        );
         let handshakes_family = Family::<Kind, Counter>::default();
         r.register(
             "handshakes",
@@ -308,7 +659,26 @@ impl Default for Metrics {
         );
         let handshakes =
             ["full", "resumed"].map(|kind| handshakes_family.get_or_create(&Kind { kind }).clone());
+        let duration_family: Family<Kind, Histogram> =
+            Family::new_with_constructor(|| Histogram::new(HANDSHAKE_BUCKETS));
+        r.register_with_unit(
+            "handshake_duration",
+            "Completed TLS handshakes, from the wait for the ClientHello to the handshake done",
+            Unit::Seconds,
+            duration_family.clone(),
+        );
+        let handshake_duration =
+            ["full", "resumed"].map(|kind| duration_family.get_or_create(&Kind { kind }).clone());
+        let negotiated = Family::<Negotiated, Counter>::default();
+        r.register(
+            "tls_negotiated",
+            "Completed TLS handshakes by protocol version, cipher suite and key exchange group",
+            negotiated.clone(),
+        );
         let handshake_failures = Named::new(|reason| Reason { reason });
+        for reason in HANDSHAKE_FAILURES {
+            let _ = handshake_failures.family.get_or_create(&Reason { reason });
+        }
         r.register(
             "handshake_failures",
             "TLS handshakes that failed, by reason",
@@ -346,6 +716,9 @@ impl Default for Metrics {
             backend_errors.clone(),
         );
         let errors = Named::new(|kind| Kind { kind });
+        for kind in ERRORS {
+            let _ = errors.family.get_or_create(&Kind { kind });
+        }
         r.register(
             "errors",
             "Errors by kind (the shutdown summary's list)",
@@ -371,6 +744,21 @@ impl Default for Metrics {
             "Configurations loaded by SIGHUP",
             reloads.clone(),
         );
+        let reload_ok = Gauge::default();
+        reload_ok.set(1);
+        r.register(
+            "config_last_reload_successful",
+            "Whether the last reload (SIGHUP) succeeded; 1 from the start",
+            reload_ok.clone(),
+        );
+        let reload_time = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        reload_time.set(unix_now());
+        r.register_with_unit(
+            "config_last_reload_success_timestamp",
+            "When the configuration in use was loaded (start or reload), Unix time",
+            Unit::Seconds,
+            reload_time.clone(),
+        );
         let build = Family::<Version, Gauge>::default();
         build
             .get_or_create(&Version {
@@ -379,12 +767,16 @@ impl Default for Metrics {
             .set(1);
         r.register("build_info", "The running version, always 1", build);
         Metrics {
-            registry: r,
+            registry: root,
             connections,
             sent,
             received,
             active,
+            site_active,
+            connection_limit,
             handshakes,
+            handshake_duration,
+            negotiated,
             handshake_failures,
             fallback,
             responses,
@@ -394,6 +786,8 @@ impl Default for Metrics {
             cert_expiry,
             ticket_key_age,
             reloads,
+            reload_ok,
+            reload_time,
             sites: Mutex::new(HashMap::new()),
         }
     }
@@ -415,7 +809,7 @@ impl Metrics {
         let per_path = |f: &Family<PathSite, Counter>| {
             PATHS.map(|p| {
                 f.get_or_create(&PathSite {
-                    path: path_name(p),
+                    data_path: path_name(p),
                     site: label.clone(),
                 })
                 .clone()
@@ -435,6 +829,12 @@ impl Metrics {
             responses: self.responses.clone(),
             status: Default::default(),
             backend_errors: self.backend_errors.clone(),
+            active: self
+                .site_active
+                .get_or_create(&SiteLabel {
+                    site: label.clone(),
+                })
+                .clone(),
         }
     }
 
@@ -444,9 +844,44 @@ impl Metrics {
         Active(self.active.clone())
     }
 
-    /// A completed handshake.
-    pub fn handshake(&self, resumed: bool) {
+    /// A worker that takes at most `n` connections at once.
+    pub fn connection_limit(&self, n: usize) {
+        self.connection_limit
+            .inc_by(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// A completed handshake, `took` after the wait for its ClientHello
+    /// began: its kind, duration, and what it negotiated.
+    pub fn handshake(&self, state: &rustls::CommonState, took: Duration) {
+        let resumed = state.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+        let version = match state.protocol_version() {
+            Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+            Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+            Some(v) => v.as_str().unwrap_or("other"),
+            None => "none",
+        };
+        let cipher_suite = state
+            .negotiated_cipher_suite()
+            .map_or("none", |s| s.suite().as_str().unwrap_or("other"));
+        // None: a TLS 1.2 resumption (no key exchange).
+        let group = state
+            .negotiated_key_exchange_group()
+            .map_or("none", |g| g.name().as_str().unwrap_or("other"));
+        self.handshake_done(
+            resumed,
+            took,
+            Negotiated {
+                version,
+                cipher_suite,
+                group,
+            },
+        );
+    }
+
+    fn handshake_done(&self, resumed: bool, took: Duration, negotiated: Negotiated) {
         self.handshakes[usize::from(resumed)].inc();
+        self.handshake_duration[usize::from(resumed)].observe(took.as_secs_f64());
+        self.negotiated.get_or_create(&negotiated).inc();
     }
 
     /// A failed handshake (`reason`: [`crate::tls::handshake::HandshakeError::label`],
@@ -460,12 +895,20 @@ impl Metrics {
         self.fallback[i].inc();
     }
 
+    /// An error of `kind`; a refused reload (`reload_failed`) also sets
+    /// `tlsfront_config_last_reload_successful` to 0.
     pub fn error(&self, kind: &'static str) {
         self.errors.inc(kind);
+        if kind == RELOAD_FAILED {
+            self.reload_ok.set(0);
+        }
     }
 
+    /// A configuration loaded by SIGHUP.
     pub fn reloaded(&self) {
         self.reloads.inc();
+        self.reload_ok.set(1);
+        self.reload_time.set(unix_now());
     }
 
     /// Replace every certificate expiry series with `certs` (site label,
@@ -480,16 +923,19 @@ impl Metrics {
         }
     }
 
-    /// The text `/metrics` answers, OpenMetrics; `ticket_key_age`: the age
-    /// of the encrypting ticket key now (it changes without any event to
-    /// count, so it is set at each scrape).
-    pub fn encode(&self, ticket_key_age: std::time::Duration) -> String {
+    /// The text `/metrics` answers, in `format`; `ticket_key_age`: the
+    /// age of the encrypting ticket key now (it changes without any event
+    /// to count, so it is set at each scrape).
+    pub fn encode(&self, ticket_key_age: Duration, format: Format) -> String {
         self.ticket_key_age
             .set(i64::try_from(ticket_key_age.as_secs()).unwrap_or(i64::MAX));
         let mut s = String::new();
         // Writing to a String does not fail.
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
-        s
+        match format {
+            Format::OpenMetrics => s,
+            Format::Text => openmetrics_to_text(&s),
+        }
     }
 
     /// A multi-line summary, logged at shutdown.
@@ -573,6 +1019,14 @@ fn listed(items: Vec<String>) -> String {
 mod tests {
     use super::*;
 
+    fn tls13() -> Negotiated {
+        Negotiated {
+            version: "TLSv1.3",
+            cipher_suite: "TLS13_AES_128_GCM_SHA256",
+            group: "X25519",
+        }
+    }
+
     #[test]
     fn report_lists_what_happened() {
         let m = Metrics::default();
@@ -582,7 +1036,7 @@ mod tests {
         site.status(200);
         site.status(200);
         m.error("reset");
-        m.handshake(true);
+        m.handshake_done(true, Duration::from_millis(1), tls13());
         m.handshake_failed("timeout");
         let r = m.report();
         assert!(r.contains("ktls 0 userspace 1"), "{r}");
@@ -611,19 +1065,19 @@ mod tests {
         a.status(299);
         a.request_done(0.002);
         b.backend_error("backend_refused");
-        m.handshake(false);
+        m.handshake_done(false, Duration::from_millis(3), tls13());
         m.handshake_failed("plaintext_on_tls_port");
         m.fallback(Fallback::Cipher);
         m.error("reset");
         m.reloaded();
         // The same label gets the same counters.
         m.site(&Arc::from("a.test")).status(404);
-        let t = m.encode(std::time::Duration::from_secs(42));
+        let t = m.encode(Duration::from_secs(42), Format::OpenMetrics);
         for want in [
-            "tlsfront_connections_total{path=\"ktls\",site=\"a.test\"} 1",
-            "tlsfront_connections_total{path=\"userspace\",site=\"a.test\"} 0",
-            "tlsfront_sent_bytes_total{path=\"ktls\",site=\"a.test\"} 1000",
-            "tlsfront_received_bytes_total{path=\"userspace\",site=\"*\"} 7",
+            "tlsfront_connections_total{data_path=\"ktls\",site=\"a.test\"} 1",
+            "tlsfront_connections_total{data_path=\"userspace\",site=\"a.test\"} 0",
+            "tlsfront_sent_bytes_total{data_path=\"ktls\",site=\"a.test\"} 1000",
+            "tlsfront_received_bytes_total{data_path=\"userspace\",site=\"*\"} 7",
             "tlsfront_responses_total{site=\"a.test\",status=\"404\"} 3",
             "tlsfront_responses_total{site=\"a.test\",status=\"299\"} 1",
             "tlsfront_request_duration_seconds_count{site=\"a.test\"} 1",
@@ -646,20 +1100,218 @@ mod tests {
     }
 
     #[test]
+    fn accept_picks_the_format_as_the_go_client_does() {
+        use Format::*;
+        for (accept, want) in [
+            (None, Text),
+            (Some("*/*"), Text),
+            (Some("text/plain;version=0.0.4"), Text),
+            (Some("text/plain"), Text),
+            (Some("application/openmetrics-text"), OpenMetrics),
+            // Prometheus 2's scrape.
+            (
+                Some(
+                    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+                     version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+                ),
+                OpenMetrics,
+            ),
+            // Prometheus 3's (UTF-8 escaping asked for; these names need none).
+            (
+                Some(
+                    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,\
+                     application/openmetrics-text;version=0.0.1;q=0.4,text/plain;\
+                     version=1.0.0;escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,\
+                     */*;q=0.1",
+                ),
+                OpenMetrics,
+            ),
+            // Preference, not order, decides.
+            (
+                Some("application/openmetrics-text; version=1.0.0; q=0.2, text/plain; q=0.9"),
+                Text,
+            ),
+            (
+                Some("Application/OpenMetrics-Text; version=\"1.0.0\""),
+                OpenMetrics,
+            ),
+            // Versions this encoder does not write, and q=0, are not asked for.
+            (Some("application/openmetrics-text;version=2.0.0"), Text),
+            (Some("application/openmetrics-text;q=0"), Text),
+            (
+                Some("text/plain;version=1.0.0,application/openmetrics-text;q=0.1"),
+                OpenMetrics,
+            ),
+        ] {
+            assert_eq!(Format::negotiate(accept), want, "{accept:?}");
+        }
+    }
+
+    /// The family (`# TYPE` line) a sample line belongs to in `text`.
+    fn families(text: &str) -> Vec<(String, String)> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|r| r.rsplit_once(' '))
+            .map(|(n, k)| (n.to_string(), k.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_text_format_names_counters_with_total_and_has_no_openmetrics_lines() {
+        let m = Metrics::default();
+        let site = m.site(&Arc::from("a.test"));
+        site.connection(Path::Ktls);
+        site.request_done(0.01);
+        m.handshake_done(false, Duration::from_millis(2), tls13());
+        let om = m.encode(Duration::ZERO, Format::OpenMetrics);
+        let text = m.encode(Duration::ZERO, Format::Text);
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
+        for (name, kind) in families(&text) {
+            assert_eq!(
+                kind == "counter",
+                name.ends_with("_total"),
+                "{name} {kind}\n{text}"
+            );
+            assert!(
+                text.contains(&format!("# HELP {name} ")),
+                "no help for {name}\n{text}"
+            );
+            assert!(
+                ["counter", "gauge", "histogram"].contains(&kind.as_str()),
+                "{kind}"
+            );
+        }
+        // Every sample is kept, unchanged (but the process's, read anew).
+        let samples = |t: &str| -> Vec<String> {
+            t.lines()
+                .filter(|l| !l.starts_with('#') && !l.starts_with("process_"))
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(samples(&om), samples(&text));
+        line(
+            &text,
+            "tlsfront_connections_total{data_path=\"ktls\",site=\"a.test\"} 1",
+        );
+        line(&text, "# TYPE tlsfront_sent_bytes_total counter");
+        line(&text, "# TYPE process_cpu_seconds_total counter");
+        // Help texts carry nothing the two formats escape differently.
+        for l in om.lines().filter(|l| l.starts_with("# HELP ")) {
+            assert!(!l.contains('\\') && !l.contains('"'), "{l}");
+        }
+    }
+
+    #[test]
+    fn created_samples_and_other_types_are_rewritten() {
+        let om = "# HELP a_b Counts.\n# TYPE a_b counter\n# UNIT a_b b\na_b_total 3\n\
+                  a_b_created 1.7e9\n# HELP i Info.\n# TYPE i info\ni_info{v=\"1\"} 1\n\
+                  # TYPE u unknown\nu 2\n# EOF\n";
+        assert_eq!(
+            openmetrics_to_text(om),
+            "# HELP a_b_total Counts.\n# TYPE a_b_total counter\na_b_total 3\n\
+             # HELP i_info Info.\n# TYPE i_info gauge\ni_info{v=\"1\"} 1\n\
+             # TYPE u untyped\nu 2\n"
+        );
+    }
+
+    fn value(text: &str, name: &str) -> f64 {
+        let l = line(text, &format!("{name} "));
+        l.rsplit(' ').next().unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn process_families_read_this_process() {
+        let m = Metrics::default();
+        let t = m.encode(Duration::ZERO, Format::Text);
+        // Other tests of this process open and close files meanwhile.
+        let fds = value(&t, "process_open_fds");
+        assert!(fds >= 3.0, "{fds}");
+        assert!(value(&t, "process_max_fds") >= fds);
+        assert!(value(&t, "process_resident_memory_bytes") > 1e5);
+        assert!(
+            value(&t, "process_virtual_memory_bytes") >= value(&t, "process_resident_memory_bytes")
+        );
+        assert!(value(&t, "process_cpu_seconds_total") >= 0.0);
+        let start = value(&t, "process_start_time_seconds");
+        let now = unix_now();
+        assert!(
+            start <= now + 1.0 && start > now - 24.0 * 3600.0,
+            "{start} {now}"
+        );
+    }
+
+    #[test]
+    fn known_label_values_start_at_zero() {
+        let m = Metrics::default();
+        let t = m.encode(Duration::ZERO, Format::Text);
+        for want in [
+            "tlsfront_handshake_failures_total{reason=\"timeout\"} 0",
+            "tlsfront_handshake_failures_total{reason=\"hello_unrecognized_name\"} 0",
+            "tlsfront_errors_total{kind=\"reload_failed\"} 0",
+            "tlsfront_errors_total{kind=\"connection_limit\"} 0",
+            "tlsfront_ktls_fallback_total{reason=\"data_buffered\"} 0",
+            "tlsfront_handshakes_total{kind=\"full\"} 0",
+            "tlsfront_handshake_duration_seconds_count{kind=\"resumed\"} 0",
+            "tlsfront_config_last_reload_successful 1",
+        ] {
+            line(&t, want);
+        }
+        // And the summary still lists only what happened.
+        assert!(m.report().ends_with("errors: none"), "{}", m.report());
+    }
+
+    #[test]
+    fn reloads_and_handshakes_move_their_families() {
+        let m = Metrics::default();
+        let site = m.site(&Arc::from("a.test"));
+        let guard = site.open();
+        m.connection_limit(100);
+        m.connection_limit(100);
+        m.handshake_done(false, Duration::from_millis(30), tls13());
+        m.error(RELOAD_FAILED);
+        let t = m.encode(Duration::ZERO, Format::Text);
+        line(&t, "tlsfront_config_last_reload_successful 0");
+        line(&t, "tlsfront_site_connections_active{site=\"a.test\"} 1");
+        line(&t, "tlsfront_connections_limit 200");
+        line(
+            &t,
+            "tlsfront_tls_negotiated_total{version=\"TLSv1.3\",cipher_suite=\"TLS13_AES_128_GCM_SHA256\",group=\"X25519\"} 1",
+        );
+        line(
+            &t,
+            "tlsfront_handshake_duration_seconds_bucket{le=\"0.05\",kind=\"full\"} 1",
+        );
+        line(
+            &t,
+            "tlsfront_handshake_duration_seconds_bucket{le=\"0.025\",kind=\"full\"} 0",
+        );
+        drop(guard);
+        let before = value(&t, "tlsfront_config_last_reload_success_timestamp_seconds");
+        m.reloaded();
+        let t = m.encode(Duration::ZERO, Format::Text);
+        line(&t, "tlsfront_config_last_reload_successful 1");
+        line(&t, "tlsfront_site_connections_active{site=\"a.test\"} 0");
+        assert!(value(&t, "tlsfront_config_last_reload_success_timestamp_seconds") >= before);
+    }
+
+    #[test]
     fn certificate_series_follow_the_sites() {
         let m = Metrics::default();
         m.certificates([
             (Arc::from("a.test"), "a.pem".to_string(), 1_900_000_000),
             (Arc::from("b.test"), "b.pem".to_string(), 1_800_000_000),
         ]);
-        let t = m.encode(Default::default());
+        let t = m.encode(Default::default(), Format::OpenMetrics);
         line(
             &t,
             "tlsfront_certificate_expiry_timestamp_seconds{site=\"b.test\",cert=\"b.pem\"} 1800000000",
         );
         // A reload without b.test: its series is gone.
         m.certificates([(Arc::from("a.test"), "a.pem".to_string(), 1_900_000_001)]);
-        let t = m.encode(Default::default());
+        let t = m.encode(Default::default(), Format::OpenMetrics);
         assert!(!t.contains("b.test"), "{t}");
         line(
             &t,

@@ -3,9 +3,14 @@
 //! through curl (200s and 404s), a resumed session (openssl s_client), then
 //! a Prometheus scraping `/metrics` every second, asked through its HTTP
 //! API until the counts made here appear, and until a reload that drops a
-//! site drops its certificate's series. Also `/healthz` (200 while
-//! serving, 503 once draining), the admin socket handed on in an upgrade,
-//! and a bad `admin` address refused with where it was set.
+//! site drops its certificate's series. Both exposition formats checked by
+//! promtool (the text format linted, OpenMetrics parsed by its strict
+//! parser), chosen by `Accept`; handshakes counted by what they negotiated
+//! (openssl s_client picking version, suite and group). `/healthz` (200
+//! while serving, 503 once draining) and `/metrics` answered beside idle
+//! and half-sent admin connections and while a reload is stuck reading a
+//! certificate from a FIFO, the admin socket handed on in an upgrade, and
+//! a bad `admin` address refused with where it was set.
 
 mod common;
 
@@ -55,6 +60,20 @@ fn admin(addr: &str, method: &str, path: &str) -> (String, String) {
     (status.to_string(), body.trim_end().to_string())
 }
 
+/// `/metrics` as a scraper sending `accept` gets it: (content type, body).
+fn scrape(addr: &str, accept: Option<&str>) -> (String, String) {
+    let mut c = tool("curl");
+    c.args(["-sS", "--max-time", "10", "-w", "\n%{content_type}"]);
+    if let Some(a) = accept {
+        c.arg("-H").arg(format!("Accept: {a}"));
+    }
+    let out = c.arg(format!("http://{addr}/metrics")).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, kind) = text.rsplit_once('\n').unwrap_or_default();
+    (kind.to_string(), body.to_string())
+}
+
 /// HTTPS requests to `name` on `port`, one curl, one connection; their
 /// statuses.
 fn get(port: u16, name: &str, paths: &[&str]) -> Vec<String> {
@@ -94,7 +113,7 @@ fn session(port: u16, name: &str, out: Option<&Path>, resume: Option<&Path>) -> 
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let steps = match out {
         Some(p) => vec![Step::WaitForFile(p)],
-        None => vec![Step::Sleep(300)],
+        None => vec![Step::WaitFor("Verify return code")],
     };
     let (stdout, stderr, _) = s_client(port, &args, &steps, Duration::from_secs(20));
     assert!(
@@ -253,10 +272,13 @@ fn prometheus_scrapes_what_was_served() {
         "the session was not resumed"
     );
 
-    // The text Prometheus will read, as it reads it.
-    let (status, text) = admin(&addr, "GET", "/metrics");
-    assert_eq!(status, "200");
-    assert!(text.ends_with("# EOF"), "{text}");
+    // The text Prometheus will read, as it asks for it.
+    let (kind, text) = scrape(
+        &addr,
+        Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"),
+    );
+    assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
+    assert!(text.ends_with("# EOF\n"), "{text}");
 
     let prometheus = Prometheus::start(&addr);
     prometheus.wait_value("up{job=\"tlsfront\"}", |v| v == 1.0);
@@ -296,6 +318,22 @@ fn prometheus_scrapes_what_was_served() {
     }
     prometheus.wait_value("tlsfront_build_info", |v| v == 1.0);
     prometheus.wait_value("tlsfront_ticket_key_age_seconds", |v| v >= 0.0);
+    // What operators look for beside the counters above.
+    prometheus.wait_value("process_open_fds", |v| v >= 3.0);
+    prometheus.wait_value("process_start_time_seconds", |v| {
+        v <= now && v > now - 3600.0
+    });
+    prometheus.wait_value("sum(tlsfront_handshake_duration_seconds_count)", |v| {
+        v >= 4.0
+    });
+    prometheus.wait_value("sum(tlsfront_tls_negotiated_total)", |v| v >= 4.0);
+    prometheus.wait_value("tlsfront_connections_limit", |v| v > 0.0);
+    prometheus.wait_value("tlsfront_config_last_reload_successful", |v| v == 1.0);
+    // Known failure reasons are there at zero before any happens.
+    prometheus.wait_value(
+        "tlsfront_handshake_failures_total{reason=\"hello_unrecognized_name\"}",
+        |v| v == 0.0,
+    );
 
     // A reload without the backend site: its certificate's series goes,
     // the other site's stays.
@@ -303,10 +341,18 @@ fn prometheus_scrapes_what_was_served() {
     let text = std::fs::read_to_string(&config).unwrap();
     let files_only = &text[..text.rfind("[[site]]").unwrap()];
     std::fs::write(&config, files_only).unwrap();
+    let loaded = prometheus.wait_value(
+        "tlsfront_config_last_reload_success_timestamp_seconds",
+        |v| v > 0.0,
+    );
     server.reload();
     let out = server.wait_for_output("reloaded", 1);
     assert!(out.contains(": 1 site"), "{out}");
     prometheus.wait_value("tlsfront_reloads_total", |v| v == 1.0);
+    prometheus.wait_value(
+        "tlsfront_config_last_reload_success_timestamp_seconds",
+        |v| v > loaded,
+    );
     prometheus.wait(
         "tlsfront_certificate_expiry_timestamp_seconds{site=\"backend.test\"}",
         |r| r.is_empty(),
@@ -315,6 +361,14 @@ fn prometheus_scrapes_what_was_served() {
         "count(tlsfront_certificate_expiry_timestamp_seconds{site=\"files.test\"})",
         |v| v == 1.0,
     );
+    // A refused reload: the last one failed, the time stays.
+    std::fs::write(&config, format!("{files_only}\n[[site]]\nnames = 3\n")).unwrap();
+    server.reload();
+    prometheus.wait_value("tlsfront_config_last_reload_successful", |v| v == 0.0);
+    prometheus.wait_value("tlsfront_errors_total{kind=\"reload_failed\"}", |v| {
+        v == 1.0
+    });
+    prometheus.wait_value("tlsfront_reloads_total", |v| v == 1.0);
     drop(prometheus);
 
     // The shutdown summary is unchanged, and counts the same.
@@ -330,32 +384,43 @@ fn healthz_turns_503_while_draining() {
     let addr = admin_addr(&server);
     assert_eq!(admin(&addr, "GET", "/healthz").0, "200");
     // A connection that has not sent its request yet holds the drain open
-    // (its first request is still answered).
+    // (its first request is still answered): it sends it once the test has
+    // seen the 503 (the file appears).
     let port = server.port;
+    let go = dir.path().join("go");
+    let go_in = go.clone();
     let holder = std::thread::spawn(move || {
         s_client(
             port,
             &["-servername", "files.test"],
             &[
                 Step::WaitFor("Verify return code"),
-                Step::Sleep(2500),
+                Step::WaitForFile(&go_in),
                 Step::Send(
                     b"GET /id.txt HTTP/1.1\r\nHost: files.test\r\nConnection: close\r\n\r\n",
                 ),
                 Step::WaitFor("files"),
             ],
-            Duration::from_secs(20),
+            Duration::from_secs(40),
         )
     });
-    std::thread::sleep(Duration::from_millis(800));
+    // The holder's handshake is done (the site counts it) before the drain.
+    scrape_until(&addr, "the holder's connection", |t| {
+        sample(t, "tlsfront_site_connections_active{site=\"files.test\"}") == Some(1.0)
+    });
     server.signal(rustix::process::Signal::TERM);
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(20);
     let mut seen = admin(&addr, "GET", "/healthz");
     while seen.0 != "503" && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
         seen = admin(&addr, "GET", "/healthz");
     }
     assert_eq!(seen, ("503".into(), "draining".into()));
+    // Metrics are still answered while draining.
+    let (status, body) = admin(&addr, "GET", "/metrics");
+    assert_eq!(status, "200");
+    assert!(body.contains("tlsfront_build_info{"), "{body}");
+    std::fs::write(&go, "go").unwrap();
     let (out, _, _) = holder.join().unwrap();
     assert!(out.contains("HTTP/1.1 200"), "{out}");
     assert!(server.wait_exit(Duration::from_secs(20)).is_some());
@@ -433,4 +498,323 @@ fn an_upgrade_hands_the_admin_address_on() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The metrics with `Accept: accept`, after a few handshakes and
+/// requests, written to a file in `dir`; the content type.
+fn scrape_to(addr: &str, accept: &str, file: &Path) -> String {
+    let (kind, text) = scrape(addr, Some(accept));
+    std::fs::write(file, text).unwrap();
+    kind
+}
+
+#[test]
+fn both_formats_pass_promtool() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::run(&two_sites(dir.path()), &[]);
+    let addr = admin_addr(&server);
+    assert_eq!(
+        get(server.port, "files.test", &["/id.txt", "/nope"]),
+        ["200", "404"]
+    );
+    // Every kind of family with series: a backend failure, a resumption.
+    assert_ne!(get(server.port, "backend.test", &["/"]), ["200"]);
+    let ticket = dir.path().join("session.pem");
+    assert!(!session(server.port, "files.test", Some(&ticket), None));
+    assert!(session(server.port, "files.test", None, Some(&ticket)));
+    // Counted once the server has seen the client's Finished.
+    scrape_until(&addr, "the backend failure and the resumption", |t| {
+        sample(
+            t,
+            "tlsfront_backend_errors_total{site=\"backend.test\",kind=\"refused\"}",
+        ) == Some(1.0)
+            && sample(t, "tlsfront_handshakes_total{kind=\"resumed\"}") == Some(1.0)
+    });
+
+    // The text format 0.0.4, to what asks for it (and to what asks for
+    // nothing in particular), linted by promtool: no issue at all.
+    let text = dir.path().join("metrics.txt");
+    for accept in ["text/plain;version=0.0.4", "*/*"] {
+        let kind = scrape_to(&addr, accept, &text);
+        assert_eq!(kind, "text/plain; version=0.0.4; charset=utf-8");
+        let out = tool("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::fs::File::open(&text).unwrap())
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success() && said.trim().is_empty(), "{said}");
+    }
+    let body = std::fs::read_to_string(&text).unwrap();
+    assert!(
+        body.contains("# TYPE tlsfront_responses_total counter\n")
+            && body.contains("tlsfront_responses_total{site=\"files.test\",status=\"404\"} 1\n")
+            && !body.contains("# EOF"),
+        "{body}"
+    );
+
+    // OpenMetrics, read by promtool's strict OpenMetrics parser (its
+    // backfill, which wants a timestamp on every sample: given here).
+    let om = dir.path().join("metrics.om");
+    let kind = scrape_to(&addr, "application/openmetrics-text; version=1.0.0", &om);
+    assert_eq!(
+        kind,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let stamped: String = std::fs::read_to_string(&om)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            if l.starts_with('#') {
+                format!("{l}\n")
+            } else {
+                format!("{l} {now}\n")
+            }
+        })
+        .collect();
+    assert!(stamped.ends_with("# EOF\n"), "{stamped}");
+    std::fs::write(&om, stamped).unwrap();
+    let out = tool("promtool")
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(&om)
+        .arg(dir.path().join("blocks"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = server.stop();
+}
+
+/// The value of the sample line starting with `series ` in `text`.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.parse().ok())
+}
+
+/// Scrape (text format) until `ok` holds for the text, up to 20 s; the text.
+fn scrape_until(addr: &str, what: &str, ok: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, text) = scrape(addr, None);
+        if ok(&text) {
+            return text;
+        }
+        assert!(Instant::now() < deadline, "no {what} after 20 s:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn handshakes_count_what_they_negotiated() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::run(&two_sites(dir.path()), &[]);
+    let addr = admin_addr(&server);
+    let port = server.port;
+    let hello = |args: &[&str]| {
+        let mut all = vec!["-servername", "files.test"];
+        all.extend_from_slice(args);
+        let (out, err, _) = s_client(
+            port,
+            &all,
+            &[Step::WaitFor("Verify return code")],
+            Duration::from_secs(20),
+        );
+        assert!(out.contains("New, TLSv1"), "no handshake: {out}{err}");
+        out
+    };
+    hello(&[
+        "-tls1_3",
+        "-ciphersuites",
+        "TLS_CHACHA20_POLY1305_SHA256",
+        "-groups",
+        "P-256",
+    ]);
+    // P-256 too: in TLS 1.2 the groups also name the curves the client
+    // takes an ECDSA certificate on.
+    let client_saw = hello(&["-tls1_2", "-groups", "X25519:P-256"]);
+    assert!(
+        client_saw.contains("Server Temp Key: X25519"),
+        "{client_saw}"
+    );
+    let series13 = "tlsfront_tls_negotiated_total{version=\"TLSv1.3\",\
+                    cipher_suite=\"TLS13_CHACHA20_POLY1305_SHA256\",group=\"secp256r1\"}";
+    let text = scrape_until(&addr, "two handshakes", |t| {
+        sample(t, "tlsfront_handshakes_total{kind=\"full\"}") == Some(2.0)
+    });
+    assert_eq!(sample(&text, series13), Some(1.0), "{text}");
+    let tls12: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("tlsfront_tls_negotiated_total{version=\"TLSv1.2\""))
+        .collect();
+    assert!(
+        tls12.len() == 1
+            && tls12[0].contains("cipher_suite=\"TLS_ECDHE_")
+            && tls12[0].ends_with("group=\"X25519\"} 1"),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "tlsfront_handshake_duration_seconds_count{kind=\"full\"}"
+        ),
+        Some(2.0),
+        "{text}"
+    );
+    let took = sample(
+        &text,
+        "tlsfront_handshake_duration_seconds_sum{kind=\"full\"}",
+    );
+    assert!(took.is_some_and(|s| s > 0.0 && s < 40.0), "{text}");
+
+    // The process's open descriptors as the kernel lists them (the
+    // server's own fd count moves little while it is idle: listeners,
+    // epoll, eventfds, the admin socket).
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", server.pid()))
+        .unwrap()
+        .count() as f64;
+    let said = sample(&text, "process_open_fds").unwrap();
+    assert!(said >= 5.0 && (said - fds).abs() <= 8.0, "{said} vs {fds}");
+    assert!(sample(&text, "process_max_fds").unwrap() >= said);
+    let rss = sample(&text, "process_resident_memory_bytes").unwrap();
+    assert!(rss > 1e6 && rss < 1e10, "{rss}");
+    let _ = server.stop();
+}
+
+/// `/healthz` and `/metrics` answered at once (curl's own bound is the
+/// safety net) while `idle` connections that send nothing and a client
+/// that sent half a request are open to the admin port.
+fn admin_answers_beside(addr: &str, idle: &[std::net::TcpStream]) {
+    assert!(!idle.is_empty());
+    assert_eq!(admin(addr, "GET", "/healthz"), ("200".into(), "ok".into()));
+    let (status, body) = admin(addr, "GET", "/metrics");
+    assert_eq!(status, "200");
+    assert!(body.contains("tlsfront_build_info{"), "{body}");
+}
+
+#[test]
+fn idle_admin_connections_do_not_silence_it() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::run(&two_sites(dir.path()), &[]);
+    let addr = admin_addr(&server);
+    let connect = || std::net::TcpStream::connect(&addr).unwrap();
+    let mut idle: Vec<std::net::TcpStream> = (0..64).map(|_| connect()).collect();
+    let mut slow = connect();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: admin\r\n")
+        .unwrap();
+    idle.push(slow);
+    admin_answers_beside(&addr, &idle);
+    // It answered from a thread of its own (not the main thread's, which
+    // does reloads and upgrades): `top -H` shows it.
+    let threads: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", server.pid()))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|c| c.trim().to_string())
+        .collect();
+    assert!(threads.iter().any(|t| t == "admin"), "{threads:?}");
+    // More than the listener keeps open: the oldest idle ones make room.
+    idle.extend((0..300).map(|_| connect()));
+    admin_answers_beside(&addr, &idle);
+    let _ = server.stop();
+}
+
+#[test]
+fn admin_answers_while_a_reload_is_stuck() {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let config = two_sites(dir.path());
+    let server = Server::run(&config, &[]);
+    let addr = admin_addr(&server);
+    // A new site whose certificate is a FIFO: the reload (on the main
+    // thread, which also handles signals) reads it and waits there until
+    // the test writes the certificate.
+    let (cert, key) = (dir.path().join("slow.pem"), dir.path().join("slow.key"));
+    let made = tool("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:P-256", "-nodes", "-days", "30"])
+        .args([
+            "-subj",
+            "/CN=slow.test",
+            "-addext",
+            "subjectAltName=DNS:slow.test",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let pem = std::fs::read(&cert).unwrap();
+    std::fs::remove_file(&cert).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &cert,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from(0o600),
+        0,
+    )
+    .unwrap();
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "[[site]]\nnames = [\"slow.test\"]\nroot = {:?}\ncert = {:?}\nkey = {:?}\n",
+        dir.path().join("root").display().to_string(),
+        cert.display().to_string(),
+        key.display().to_string(),
+    ));
+    std::fs::write(&config, text).unwrap();
+    server.reload();
+    // The write end opens (without blocking) once the reload has opened
+    // the read end: the reload is waiting for the certificate now.
+    let writer = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+            .open(&cert)
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut fifo = loop {
+        match writer() {
+            Ok(f) => break f,
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "the reload did not open the certificate in 20 s: {e}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    admin_answers_beside(&addr, &[std::net::TcpStream::connect(&addr).unwrap()]);
+    assert!(!server.output().contains("reloaded"), "{}", server.output());
+    // Let the reload go on; it may open the file again.
+    fifo.write_all(&pem).unwrap();
+    drop(fifo);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !server.output().contains("reloaded") {
+        if let Ok(mut again) = writer() {
+            let _ = again.write_all(&pem);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no reload in 20 s: {}",
+            server.output()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = server.wait_for_output("reloaded", 1);
+    assert!(out.contains(": 3 sites"), "{out}");
+    let _ = server.stop();
 }

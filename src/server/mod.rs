@@ -535,9 +535,7 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
     front.metrics.certificates(front.sites.load().expiry());
     let (stop_tx, stop_rx) = watch::channel(false);
     if let Some(l) = admin {
-        signals
-            .rt
-            .spawn(admin::serve(l, front.clone(), stop_rx.clone()));
+        admin::start(l, front.clone(), stop_rx.clone())?;
     }
     let mut threads = Vec::new();
     for (i, ls) in listeners.into_iter().enumerate() {

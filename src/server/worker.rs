@@ -48,6 +48,7 @@ pub(super) fn worker(
             .ok();
         let active = Arc::new(AtomicUsize::new(0));
         let busy = Arc::new(Notify::new());
+        front.metrics.connection_limit(max_connections);
         tokio::spawn(collect_heap(active.clone(), busy.clone()));
         tokio::spawn(crate::accesslog::flush_every());
         if crate::files::cache::enabled() {
@@ -252,8 +253,9 @@ fn connection<'a>(
             // await of a plain-HTTP answer, the handshake's result would take
             // its room in every connection's task.
             let hs = Box::pin(async {
+                let started = std::time::Instant::now();
                 match timer::timeout(secs(t.handshake), handshake(&mut sock, choose, ulp)).await {
-                    Ok(Ok(hs)) => Some(hs),
+                    Ok(Ok(hs)) => Some((hs, started.elapsed())),
                     Ok(Err(e)) => {
                         front.metrics.handshake_failed(match &e {
                             HandshakeError::Eof => "eof",
@@ -278,19 +280,21 @@ fn connection<'a>(
                 }
             })
             .await;
-            let Some(hs) = hs else {
+            let Some((hs, took)) = hs else {
                 return;
             };
             let Some(site) = chosen else {
                 return;
             };
-            let Some((tls, info)) = data_path(front, sock, hs, ulp, fallback, client, local, &site)
+            let Some((tls, info)) =
+                data_path(front, sock, hs, took, ulp, fallback, client, local, &site)
             else {
                 return;
             };
             (tls, info, site)
         };
         drop(sites);
+        let _site_active = info.metrics.open();
         match &site.job {
             SiteJob::Files(files) => files.serve(front, tls, info, stop).await,
             // Boxed: a task keeps room for the largest of its states, and the
@@ -352,6 +356,7 @@ fn data_path(
     front: &Front,
     sock: TcpStream,
     hs: Handshaken,
+    took: Duration,
     ulp: bool,
     mut fallback: Option<Fallback>,
     client: std::net::SocketAddr,
@@ -360,7 +365,7 @@ fn data_path(
 ) -> Option<(Tls, ConnInfo)> {
     let stall = secs(site.settings.timeouts.send);
     let resumed = hs.conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
-    front.metrics.handshake(resumed);
+    front.metrics.handshake(&hs.conn, took);
     let metrics = site
         .metrics
         .get_or_init(|| front.metrics.site(&site.label))
