@@ -24,6 +24,7 @@ pub mod lograte;
 pub mod metrics;
 pub mod privileges;
 pub mod proxy;
+pub mod safe_open;
 pub mod serve;
 pub mod server;
 pub mod sys;

@@ -471,3 +471,153 @@ fn a_reload_takes_a_new_path_and_format() {
     assert!(status.success());
     assert_eq!(lines(&a).len(), 1, "nothing more in the old file");
 }
+
+/// Tests that need root (as they run here, in CI): skipped, and said so,
+/// elsewhere.
+fn root() -> bool {
+    if rustix::process::geteuid().is_root() {
+        return true;
+    }
+    eprintln!("skipped: needs root");
+    false
+}
+
+const NOBODY: u32 = 65534;
+
+/// A file only root may read or write, with content to check afterwards,
+/// and its (uid, mode, content).
+fn root_only_file(dir: &Path) -> (PathBuf, (u32, u32, Vec<u8>)) {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join("root-only");
+    std::fs::write(&p, b"root's own\n").unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let facts = facts(&p);
+    (p, facts)
+}
+
+fn facts(p: &Path) -> (u32, u32, Vec<u8>) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(p).unwrap();
+    (m.uid(), m.mode() & 0o7777, std::fs::read(p).unwrap())
+}
+
+/// A log directory the service user owns (what docs/LOGGING.md used to
+/// advise), and a config running as that user with its log in there.
+fn nobody_setup(dir: &Path) -> (PathBuf, PathBuf) {
+    let logs = dir.join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    std::os::unix::fs::chown(&logs, Some(NOBODY), Some(NOBODY)).unwrap();
+    let log = logs.join("access.log");
+    let config = dir.join("tlsfront.toml");
+    let root = common::fixture().root.display().to_string();
+    std::fs::write(
+        &config,
+        format!(
+            "user = \"nobody\"\ngroup = \"nogroup\"\nroot = {root:?}\naccess_log = {:?}\n",
+            log.display().to_string()
+        ),
+    )
+    .unwrap();
+    (config, log)
+}
+
+/// `tlsfront run --config CONFIG` that must refuse to start: its stderr.
+/// A start that wrongly succeeds is killed after a generous bound.
+fn refused_start(config: &Path) -> String {
+    let data = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(common::BIN)
+        .args(["run", "--config"])
+        .arg(config)
+        .args(["--listen", "127.0.0.1:0"])
+        .env("XDG_DATA_HOME", data.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("tlsfront started: {}", reader.join().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let err = reader.join().unwrap();
+    assert!(!status.success(), "{err}");
+    err
+}
+
+#[test]
+fn a_log_linked_to_a_root_file_is_refused_and_the_file_untouched() {
+    // The privilege escalation of issue 26: the service user, owning the
+    // log directory, links access.log to a root-only file; started as
+    // root, tlsfront must neither write into it nor give it away.
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (target, before) = root_only_file(dir.path());
+    let (config, log) = nobody_setup(dir.path());
+    std::os::unix::fs::symlink(&target, &log).unwrap();
+    std::os::unix::fs::lchown(&log, Some(NOBODY), Some(NOBODY)).unwrap();
+    let err = refused_start(&config);
+    assert!(
+        err.contains(&log.display().to_string()) && err.contains("symbolic link"),
+        "{err}"
+    );
+    assert_eq!(facts(&target), before);
+
+    // The same through a second name (a hard link).
+    std::fs::remove_file(&log).unwrap();
+    std::fs::hard_link(&target, &log).unwrap();
+    let err = refused_start(&config);
+    assert!(
+        err.contains(&log.display().to_string()) && err.contains("hard links"),
+        "{err}"
+    );
+    assert_eq!(facts(&target), before);
+}
+
+#[test]
+fn a_log_is_written_by_the_user_and_stays_roots() {
+    if !root() {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (config, log) = nobody_setup(dir.path());
+    let server = Server::run(&config, &[]);
+    assert!(
+        server
+            .startup
+            .iter()
+            .any(|l| l.starts_with("running as user nobody")),
+        "{:?}",
+        server.startup
+    );
+    assert_eq!(server.status("/hello.txt", &[]), "200");
+    assert_eq!(server.status("/hello.txt?again", &[]), "200");
+    let l = wait_lines(&log, 2);
+    assert_eq!(l.len(), 2, "{l:?}");
+    // Two workers may flush in either order.
+    assert!(
+        l.iter().any(|l| l.contains("GET /hello.txt?again ")),
+        "{l:?}"
+    );
+    // Created by root before the switch, written through the descriptor
+    // since: no owner was changed.
+    let m = std::fs::metadata(&log).unwrap();
+    assert_eq!((m.uid(), m.gid(), m.nlink()), (0, 0, 1));
+    let (status, _) = server.stop();
+    assert!(status.success());
+}

@@ -16,7 +16,6 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -50,35 +49,6 @@ enum Out {
 static OPEN: Mutex<Option<HashMap<PathBuf, Weak<Sink>>>> = Mutex::new(None);
 static STDOUT: Mutex<Weak<Sink>> = Mutex::new(Weak::new());
 
-fn open_append(path: &Path) -> std::io::Result<File> {
-    std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o640)
-        .open(path)
-}
-
-/// Started as root to run as `user`, tlsfront opens its logs as root, but
-/// reopens them (SIGUSR1) as that user: a file that belongs to root would
-/// then be unreadable to it, and logrotate's `create` gives the new file
-/// the old one's owner. So a log file is given to that user, as nginx does
-/// with its worker user. Not root (a reload after the switch): nothing to
-/// give, the file is already the process's or left as it is.
-fn give_to(file: &File, path: &Path, owner: Option<(u32, u32)>) {
-    use std::os::unix::fs::MetadataExt;
-    let Some((uid, gid)) = owner else { return };
-    let Ok(meta) = file.metadata() else { return };
-    if meta.uid() == uid || rustix::process::geteuid().as_raw() != 0 {
-        return;
-    }
-    if let Err(e) = std::os::unix::fs::fchown(file, Some(uid), Some(gid)) {
-        tracing::warn!(
-            "access log {}: cannot give it to uid {uid}: {e}; reopening it on SIGUSR1 may fail",
-            path.display()
-        );
-    }
-}
-
 impl Sink {
     fn new(out: Out) -> Sink {
         Sink {
@@ -98,17 +68,17 @@ impl Sink {
         sink
     }
 
-    /// The file at `path`, opened for appending unless it already is.
-    /// `owner`: see [`give_to`].
-    pub fn file(path: &Path, owner: Option<(u32, u32)>) -> std::io::Result<Arc<Sink>> {
+    /// The file at `path`, opened for appending unless it already is
+    /// ([`crate::safe_open::open_log`]: no link followed, only a regular
+    /// file with one name, no owner changed).
+    pub fn file(path: &Path) -> std::io::Result<Arc<Sink>> {
         let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
         let open = open.get_or_insert_with(HashMap::new);
         open.retain(|_, w| w.strong_count() > 0);
         if let Some(sink) = open.get(path).and_then(Weak::upgrade) {
             return Ok(sink);
         }
-        let file = open_append(path)?;
-        give_to(&file, path, owner);
+        let file = crate::safe_open::open_log(path)?;
         let sink = Arc::new(Sink::new(Out::File {
             path: path.to_path_buf(),
             file: ArcSwap::from_pointee(file),
@@ -166,7 +136,7 @@ pub fn reopen_all() -> (usize, usize) {
         let Out::File { path, file } = &sink.out else {
             continue;
         };
-        match open_append(path) {
+        match crate::safe_open::open_log(path) {
             Ok(f) => {
                 file.store(Arc::new(f));
                 ok += 1;
@@ -174,11 +144,10 @@ pub fn reopen_all() -> (usize, usize) {
             Err(e) => {
                 failed += 1;
                 tracing::warn!(
-                    "SIGUSR1: cannot reopen the access log {}: {e}; still writing to the file \
-                     open before (the user tlsfront runs as must be able to write the file, \
-                     which logrotate's `create` makes with the old file's owner, or else to \
-                     create it in its directory)",
-                    path.display()
+                    "SIGUSR1: cannot reopen the access log: {e}; still writing to the file \
+                     open before (the user tlsfront runs as now must be able to write the \
+                     file, or to create it in its directory: with `user` set, have logrotate \
+                     create the new file for that user, e.g. `create 0640 USER adm`)"
                 );
             }
         }
@@ -284,9 +253,9 @@ mod tests {
     fn lines_wait_until_the_buffer_is_full_or_flushed() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.log");
-        let sink = Sink::file(&path, None).unwrap();
+        let sink = Sink::file(&path).unwrap();
         // The same path is one open file.
-        assert!(Arc::ptr_eq(&sink, &Sink::file(&path, None).unwrap()));
+        assert!(Arc::ptr_eq(&sink, &Sink::file(&path).unwrap()));
         let line = [b'x'; 99];
         let mut written = 0;
         // Below the threshold nothing is written.
@@ -315,7 +284,7 @@ mod tests {
     fn reopen_writes_to_the_new_file_and_loses_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.log");
-        let sink = Sink::file(&path, None).unwrap();
+        let sink = Sink::file(&path).unwrap();
         write(&sink, |b| b.extend_from_slice(b"one\n"));
         flush();
         // logrotate: rename, then the signal; a line buffered before the
@@ -333,7 +302,7 @@ mod tests {
     fn a_thread_writes_what_it_holds_when_it_ends() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.log");
-        let sink = Sink::file(&path, None).unwrap();
+        let sink = Sink::file(&path).unwrap();
         let s = sink.clone();
         std::thread::spawn(move || write(&s, |b| b.extend_from_slice(b"bye\n")))
             .join()

@@ -5,8 +5,6 @@
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -116,10 +114,14 @@ fn read_kept(path: &Path) -> std::io::Result<zeroize::Zeroizing<Vec<u8>>> {
     let id = |m: &std::fs::Metadata| (m.dev(), m.ino(), (m.mtime(), m.mtime_nsec()), m.size());
     let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
     let kept = kept.get_or_insert_with(Default::default);
-    match fs::read(path) {
+    // Identified before the read: a file replaced in between is then kept
+    // under its old identity, which no later look matches (read again),
+    // never the other way round.
+    let before = fs::metadata(path).ok();
+    match crate::safe_open::read(path) {
         Ok(bytes) => {
             let bytes = zeroize::Zeroizing::new(bytes);
-            if let Ok(m) = fs::metadata(path) {
+            if let Some(m) = before {
                 let (dev, ino, mtime, size) = id(&m);
                 kept.insert(
                     path.into(),
@@ -135,7 +137,7 @@ fn read_kept(path: &Path) -> std::io::Result<zeroize::Zeroizing<Vec<u8>>> {
             Ok(bytes)
         }
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            let same = fs::metadata(path).ok().and_then(|m| {
+            let same = before.and_then(|m| {
                 let k = kept.get(path)?;
                 (id(&m) == (k.dev, k.ino, k.mtime, k.size)).then(|| k.bytes.clone())
             });
@@ -173,17 +175,9 @@ fn default_identity() -> Result<Identity, CertError> {
         let path = path.to_path_buf();
         move |source| CertError::Write { path, source }
     };
-    fs::create_dir_all(&dir).map_err(write_err(&dir))?;
     let (cert_pem, key_pem) = self_signed()?;
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&key)
-        .map_err(write_err(&key))?;
-    f.write_all(key_pem.as_bytes()).map_err(write_err(&key))?;
-    fs::write(&cert, cert_pem).map_err(write_err(&cert))?;
+    crate::safe_open::write_new_private(&key, key_pem.as_bytes()).map_err(write_err(&key))?;
+    crate::safe_open::write_new_private(&cert, cert_pem.as_bytes()).map_err(write_err(&cert))?;
     load_pem(&cert, &key, true)
 }
 

@@ -236,10 +236,15 @@ pub enum FileError {
 impl FileConfig {
     /// Read and parse `path`. Relative paths in it are relative to the file.
     pub fn load(path: &Path) -> Result<(FileConfig, String), FileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| FileError::Read {
-            path: path.into(),
-            source,
-        })?;
+        let text = crate::safe_open::read(path)
+            .and_then(|bytes| {
+                String::from_utf8(bytes)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+            })
+            .map_err(|source| FileError::Read {
+                path: path.into(),
+                source,
+            })?;
         let mut cfg = FileConfig::parse(&text).map_err(|e| FileError::Parse {
             path: path.into(),
             line: e.span().map_or(0, |s| line_of(&text, s.start)),
