@@ -35,8 +35,8 @@ use std::path::{Component, Path, PathBuf};
 pub enum Refused {
     #[error(
         "refusing {path} (tlsfront runs as root here): the {what} {at} belongs to uid {uid}, \
-         not root, and that user could point it at another file; chown root {at} and chmod \
-         go-w it, or move the file to a directory only root can write"
+         not root, and that user could change what tlsfront reads or writes through it; chown \
+         root {at} and chmod go-w it, or move the file to a directory only root can write"
     )]
     Owner {
         path: PathBuf,
@@ -58,9 +58,9 @@ pub enum Refused {
     #[error("{path} is {kind}, not a regular file: give the path of a regular file")]
     NotRegular { path: PathBuf, kind: &'static str },
     #[error(
-        "{path} is a symbolic link: tlsfront does not follow a link at a log file's name \
-         (someone who can write the directory could aim it at any file); give the file's \
-         real path, or remove the link"
+        "{path} is a symbolic link: tlsfront does not follow a link at the name of a file it \
+         writes (someone who can write the directory could aim it at any file); give the \
+         file's real path, or remove the link"
     )]
     Link { path: PathBuf },
     #[error(
@@ -629,7 +629,13 @@ mod tests {
         let m = std::fs::metadata(&path).unwrap();
         assert_eq!(m.uid(), rustix::process::geteuid().as_raw());
         // 0640 less the umask.
-        assert_eq!(m.mode() & 0o137, 0, "{:o}", m.mode());
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let umask = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Umask:"))
+            .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+            .unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o640 & !umask, "{:o}", m.mode());
         // Appends to what is there, and the descriptor blocks again.
         let mut f = open_log(&path).unwrap();
         f.write_all(b"two\n").unwrap();
