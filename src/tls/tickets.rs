@@ -248,29 +248,39 @@ fn read_key_file(path: &Path) -> Result<(Zeroizing<Vec<u8>>, Option<SystemTime>)
         source,
     };
     // The size comes from the metadata, not from reading: a device or a
-    // huge file given by mistake is refused without being read.
-    let meta = std::fs::metadata(path).map_err(read_err)?;
-    if !meta.is_file() {
-        return Err(TicketKeyError::NotAFile {
-            path: path.to_path_buf(),
-        });
+    // huge file given by mistake is refused without being read. A path
+    // this process cannot look at is left to the read to judge.
+    let meta = std::fs::metadata(path).ok();
+    if let Some(meta) = &meta {
+        if !meta.is_file() {
+            return Err(TicketKeyError::NotAFile {
+                path: path.to_path_buf(),
+            });
+        }
+        let size = meta.len();
+        if size != 48 && size != 80 {
+            return Err(TicketKeyError::Size {
+                path: path.to_path_buf(),
+                size,
+            });
+        }
     }
-    let size = meta.len();
+    let buf = Zeroizing::new(crate::safe_open::read(path).map_err(read_err)?);
+    let size = buf.len() as u64;
+    // A file cut short or grown since the stat is being rewritten in place
+    // (a rotation script without rename): an error, never a partial key.
+    if meta.as_ref().is_some_and(|m| m.len() != size) {
+        return Err(read_err(io::Error::other(
+            "the file changed size while being read",
+        )));
+    }
     if size != 48 && size != 80 {
         return Err(TicketKeyError::Size {
             path: path.to_path_buf(),
             size,
         });
     }
-    let buf = Zeroizing::new(crate::safe_open::read(path).map_err(read_err)?);
-    // A file cut short or grown since the stat is being rewritten in place
-    // (a rotation script without rename): an error, never a partial key.
-    if buf.len() as u64 != size {
-        return Err(read_err(io::Error::other(
-            "the file changed size while being read",
-        )));
-    }
-    Ok((buf, meta.modified().ok()))
+    Ok((buf, meta.and_then(|m| m.modified().ok())))
 }
 
 /// Keys made at random, newest first: the first encrypts while younger
