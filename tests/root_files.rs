@@ -4,7 +4,8 @@
 //! at keeps its owner, mode and content; root's own link chains (certbot's
 //! `live/` links into `archive/`) keep working; a log under `user` is
 //! written by that user through the descriptor opened as root, and stays
-//! root's. All of it needs root (as the tests run in CI); elsewhere each
+//! root's; rotated by real logrotate creating the new file for that user,
+//! it is reopened by that user. All of it needs root (as the tests run in CI); elsewhere each
 //! test says it is skipped.
 
 mod common;
@@ -277,6 +278,71 @@ fn roots_own_link_chains_are_followed() {
         .unwrap();
     let expected = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert_eq!(common::served_fingerprint(server.port, "b.test"), expected);
+    let (status, _) = server.stop();
+    assert!(status.success());
+}
+
+#[test]
+fn rotation_under_user_reopens_a_file_made_for_that_user() {
+    if !root() {
+        return;
+    }
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    // Root's, and open to nobody for the reopen's path lookup; logrotate
+    // wants the log's directory writable by root alone.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    let log = logs.join("access.log");
+    let config = config(
+        dir.path(),
+        &format!("root = {{root}}\naccess_log = {}\n", quoted(&log)),
+    );
+    let server = Server::run(&config, &[]);
+    assert_eq!(server.status("/hello.txt?before", &[]), "200");
+    assert_eq!(wait_lines(&log, 1).len(), 1);
+    // A signal with nothing rotated keeps root's file open: no failure.
+    server.signal(rustix::process::Signal::USR1);
+    let said = server.wait_for_output("SIGUSR1: reopened", 1);
+    assert!(
+        said.contains("SIGUSR1: reopened 1 access log file(s), 0 failed"),
+        "{said}"
+    );
+    // logrotate as docs/LOGGING.md says for `user`: the new file is made
+    // for that user, who then opens it.
+    let conf = dir.path().join("logrotate.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "{} {{\n  rotate 2\n  create 0640 nobody nogroup\n  postrotate\n    kill -USR1 {}\n  endscript\n}}\n",
+            log.display(),
+            server.pid()
+        ),
+    )
+    .unwrap();
+    let out = common::tool("logrotate")
+        .args(["-f", "-s"])
+        .arg(dir.path().join("logrotate.state"))
+        .arg(&conf)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "logrotate: {out:?}");
+    let said = server.wait_for_output("SIGUSR1: reopened", 2);
+    assert_eq!(
+        said.matches("SIGUSR1: reopened 1 access log file(s), 0 failed")
+            .count(),
+        2,
+        "{said}{}",
+        server.log()
+    );
+    assert_eq!(server.status("/hello.txt?after", &[]), "200");
+    let fresh = wait_lines(&log, 1);
+    assert_eq!(fresh.len(), 1, "{fresh:?}");
+    assert!(fresh[0].contains("GET /hello.txt?after "), "{fresh:?}");
+    assert_eq!(std::fs::metadata(&log).unwrap().uid(), NOBODY);
+    let old = std::fs::read_to_string(logs.join("access.log.1")).unwrap();
+    assert!(old.contains("?before") && !old.contains("?after"), "{old}");
     let (status, _) = server.stop();
     assert!(status.success());
 }

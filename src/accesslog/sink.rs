@@ -121,8 +121,9 @@ impl Sink {
 
 /// SIGUSR1: open every log file again at its path (logrotate has renamed
 /// the old one) and write to the new one from now on; what workers still
-/// buffer goes to the new file. A file that cannot be opened keeps the old
-/// one, with a warning. Returns (reopened, failed).
+/// buffer goes to the new file. A file still at its path stays open as it
+/// is. A file that cannot be opened keeps the old one, with a warning.
+/// Returns (reopened, failed).
 pub fn reopen_all() -> (usize, usize) {
     let sinks: Vec<Arc<Sink>> = {
         let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
@@ -136,6 +137,13 @@ pub fn reopen_all() -> (usize, usize) {
         let Out::File { path, file } = &sink.out else {
             continue;
         };
+        // The very file still at its path (logrotate left it, e.g. by
+        // `notifempty` beside rotated ones): nothing to reopen, and the
+        // user tlsfront runs as may not be able to open root's file again.
+        if still_at(path, &file.load()) {
+            ok += 1;
+            continue;
+        }
         match crate::safe_open::open_log(path) {
             Ok(f) => {
                 file.store(Arc::new(f));
@@ -153,6 +161,14 @@ pub fn reopen_all() -> (usize, usize) {
         }
     }
     (ok, failed)
+}
+
+/// `path` (not followed, were it a link) is the file `file` has open.
+fn still_at(path: &Path, file: &File) -> bool {
+    match (rustix::fs::lstat(path), rustix::fs::fstat(file)) {
+        (Ok(a), Ok(b)) => (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino),
+        _ => false,
+    }
 }
 
 /// One worker's lines not yet written, per destination (a handful: a
@@ -296,6 +312,23 @@ mod tests {
         flush();
         assert_eq!(std::fs::read(&path).unwrap(), b"two\n");
         assert_eq!(std::fs::read(dir.path().join("r.log.1")).unwrap(), b"one\n");
+    }
+
+    #[test]
+    fn reopen_keeps_a_file_still_at_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.log");
+        let sink = Sink::file(&path).unwrap();
+        let Out::File { file, .. } = &sink.out else {
+            unreachable!()
+        };
+        let before = file.load_full();
+        let (ok, _) = reopen_all();
+        assert!(ok >= 1);
+        assert!(Arc::ptr_eq(&before, &file.load_full()));
+        std::fs::rename(&path, dir.path().join("k.log.1")).unwrap();
+        reopen_all();
+        assert!(!Arc::ptr_eq(&before, &file.load_full()));
     }
 
     #[test]
