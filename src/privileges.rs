@@ -161,8 +161,8 @@ impl RunAs {
         Ok(())
     }
 
-    /// (uid, gid): who files made for the process to write later (the
-    /// access logs) should belong to.
+    /// (uid, gid): who what the parent makes for the server process to
+    /// write (the ACME state directory) belongs to.
     pub fn ids(&self) -> (u32, u32) {
         (self.uid.as_raw(), self.gid.as_raw())
     }

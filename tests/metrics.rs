@@ -735,9 +735,36 @@ fn idle_admin_connections_do_not_silence_it() {
 fn admin_answers_while_a_reload_is_stuck() {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let config = two_sites(dir.path());
-    let server = Server::run(&config, &[]);
+    // As root, tlsfront reads only regular files (a FIFO is refused, not
+    // waited on): the server runs as nobody here, which reads as it is told.
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let as_nobody = rustix::process::geteuid().is_root();
+    if as_nobody {
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::chown(&data, Some(65534), Some(65534)).unwrap();
+    }
+    let xdg = format!("XDG_DATA_HOME={}", data.display());
+    let wrapper: &[&str] = if as_nobody {
+        &[
+            "env",
+            &xdg,
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ]
+    } else {
+        &[]
+    };
+    let server = Server::spawn_via(
+        wrapper,
+        &["run", "--config", &config.display().to_string()],
+        &[],
+    );
     let addr = admin_addr(&server);
     // A new site whose certificate is a FIFO: the reload (on the main
     // thread, which also handles signals) reads it and waits there until
@@ -765,10 +792,12 @@ fn admin_answers_while_a_reload_is_stuck() {
         rustix::fs::CWD,
         &cert,
         rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from(0o600),
+        rustix::fs::Mode::from(0o644),
         0,
     )
     .unwrap();
+    std::fs::set_permissions(&cert, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
     let mut text = std::fs::read_to_string(&config).unwrap();
     text.push_str(&format!(
         "[[site]]\nnames = [\"slow.test\"]\nroot = {:?}\ncert = {:?}\nkey = {:?}\n",

@@ -102,19 +102,24 @@ impl std::fmt::Debug for SiteLog {
 impl SiteLog {
     /// Open (or share, when another site or the previous configuration
     /// already has it open) the log `config` names; `None` when off.
-    /// `owner`: the (uid, gid) tlsfront will run as (`user`), who must be
-    /// able to open the file again on SIGUSR1.
-    pub fn open(config: &LogConfig, owner: Option<(u32, u32)>) -> Result<Option<SiteLog>, String> {
+    pub fn open(config: &LogConfig) -> Result<Option<SiteLog>, String> {
         let sink = match &config.target {
             Target::Off => return Ok(None),
             Target::Stdout => Sink::stdout(),
-            Target::File(p) => Sink::file(p, owner).map_err(|e| {
-                format!(
-                    "cannot open the access log {}: {e} (its directory must exist, and the \
-                     file be writable, or the directory be, by the user tlsfront runs as at \
-                     this point)",
-                    p.display()
-                )
+            // The error names the path, and a refusal its own fix.
+            Target::File(p) => Sink::file(p).map_err(|e| {
+                let refused = e
+                    .get_ref()
+                    .is_some_and(|r| r.is::<crate::safe_open::Refused>());
+                if refused {
+                    format!("cannot open the access log: {e}")
+                } else {
+                    format!(
+                        "cannot open the access log: {e} (its directory must exist, and the \
+                         file be writable, or the directory be, by the user tlsfront runs as \
+                         at this point)"
+                    )
+                }
             })?,
         };
         Ok(Some(SiteLog {

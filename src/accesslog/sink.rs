@@ -49,34 +49,6 @@ enum Out {
 static OPEN: Mutex<Option<HashMap<PathBuf, Weak<Sink>>>> = Mutex::new(None);
 static STDOUT: Mutex<Weak<Sink>> = Mutex::new(Weak::new());
 
-fn open_append(path: &Path) -> std::io::Result<File> {
-    crate::safe_open::open_log(path)
-}
-
-/// Started as root to run as `user`, tlsfront opens its logs as root, but
-/// reopens them (SIGUSR1) as that user: a file that belongs to root would
-/// then be unreadable to it, and logrotate's `create` gives the new file
-/// the old one's owner. So a log file is given to that user, as nginx does
-/// with its worker user. Not root (a reload after the switch): nothing to
-/// give, the file is already the process's or left as it is.
-fn give_to(file: &File, path: &Path, owner: Option<(u32, u32)>) {
-    use std::os::unix::fs::MetadataExt;
-    let Some((uid, gid)) = owner else { return };
-    let Ok(meta) = file.metadata() else { return };
-    if meta.uid() == uid
-        || rustix::process::geteuid().as_raw() != 0
-        || crate::privsep::parent().is_some()
-    {
-        return;
-    }
-    if let Err(e) = std::os::unix::fs::fchown(file, Some(uid), Some(gid)) {
-        tracing::warn!(
-            "access log {}: cannot give it to uid {uid}: {e}; reopening it on SIGUSR1 may fail",
-            path.display()
-        );
-    }
-}
-
 impl Sink {
     fn new(out: Out) -> Sink {
         Sink {
@@ -96,17 +68,17 @@ impl Sink {
         sink
     }
 
-    /// The file at `path`, opened for appending unless it already is.
-    /// `owner`: see [`give_to`].
-    pub fn file(path: &Path, owner: Option<(u32, u32)>) -> std::io::Result<Arc<Sink>> {
+    /// The file at `path`, opened for appending unless it already is
+    /// ([`crate::safe_open::open_log`]: no link followed, only a regular
+    /// file with one name, no owner changed).
+    pub fn file(path: &Path) -> std::io::Result<Arc<Sink>> {
         let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
         let open = open.get_or_insert_with(HashMap::new);
         open.retain(|_, w| w.strong_count() > 0);
         if let Some(sink) = open.get(path).and_then(Weak::upgrade) {
             return Ok(sink);
         }
-        let file = open_append(path)?;
-        give_to(&file, path, owner);
+        let file = crate::safe_open::open_log(path)?;
         let sink = Arc::new(Sink::new(Out::File {
             path: path.to_path_buf(),
             file: ArcSwap::from_pointee(file),
@@ -149,8 +121,9 @@ impl Sink {
 
 /// SIGUSR1: open every log file again at its path (logrotate has renamed
 /// the old one) and write to the new one from now on; what workers still
-/// buffer goes to the new file. A file that cannot be opened keeps the old
-/// one, with a warning. Returns (reopened, failed).
+/// buffer goes to the new file. A file still at its path stays open as it
+/// is. A file that cannot be opened keeps the old one, with a warning.
+/// Returns (reopened, failed).
 pub fn reopen_all() -> (usize, usize) {
     let sinks: Vec<Arc<Sink>> = {
         let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
@@ -164,7 +137,14 @@ pub fn reopen_all() -> (usize, usize) {
         let Out::File { path, file } = &sink.out else {
             continue;
         };
-        match open_append(path) {
+        // The very file still at its path (logrotate left it, e.g. by
+        // `notifempty` beside rotated ones): nothing to reopen, and the
+        // user tlsfront runs as may not be able to open root's file again.
+        if still_at(path, &file.load()) {
+            ok += 1;
+            continue;
+        }
+        match crate::safe_open::open_log(path) {
             Ok(f) => {
                 file.store(Arc::new(f));
                 ok += 1;
@@ -172,16 +152,21 @@ pub fn reopen_all() -> (usize, usize) {
             Err(e) => {
                 failed += 1;
                 tracing::warn!(
-                    "SIGUSR1: cannot reopen the access log {}: {e}; still writing to the file \
-                     open before (the user tlsfront runs as must be able to write the file, \
-                     which logrotate's `create` makes with the old file's owner, or else to \
-                     create it in its directory)",
-                    path.display()
+                    "SIGUSR1: cannot reopen the access log: {e}; still writing to the file \
+                     open before"
                 );
             }
         }
     }
     (ok, failed)
+}
+
+/// `path` (not followed, were it a link) is the file `file` has open.
+fn still_at(path: &Path, file: &File) -> bool {
+    match (rustix::fs::lstat(path), rustix::fs::fstat(file)) {
+        (Ok(a), Ok(b)) => (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino),
+        _ => false,
+    }
 }
 
 /// One worker's lines not yet written, per destination (a handful: a
@@ -282,9 +267,9 @@ mod tests {
     fn lines_wait_until_the_buffer_is_full_or_flushed() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.log");
-        let sink = Sink::file(&path, None).unwrap();
+        let sink = Sink::file(&path).unwrap();
         // The same path is one open file.
-        assert!(Arc::ptr_eq(&sink, &Sink::file(&path, None).unwrap()));
+        assert!(Arc::ptr_eq(&sink, &Sink::file(&path).unwrap()));
         let line = [b'x'; 99];
         let mut written = 0;
         // Below the threshold nothing is written.
@@ -313,7 +298,7 @@ mod tests {
     fn reopen_writes_to_the_new_file_and_loses_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.log");
-        let sink = Sink::file(&path, None).unwrap();
+        let sink = Sink::file(&path).unwrap();
         write(&sink, |b| b.extend_from_slice(b"one\n"));
         flush();
         // logrotate: rename, then the signal; a line buffered before the
@@ -328,10 +313,27 @@ mod tests {
     }
 
     #[test]
+    fn reopen_keeps_a_file_still_at_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.log");
+        let sink = Sink::file(&path).unwrap();
+        let Out::File { file, .. } = &sink.out else {
+            unreachable!()
+        };
+        let before = file.load_full();
+        let (ok, _) = reopen_all();
+        assert!(ok >= 1);
+        assert!(Arc::ptr_eq(&before, &file.load_full()));
+        std::fs::rename(&path, dir.path().join("k.log.1")).unwrap();
+        reopen_all();
+        assert!(!Arc::ptr_eq(&before, &file.load_full()));
+    }
+
+    #[test]
     fn a_thread_writes_what_it_holds_when_it_ends() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.log");
-        let sink = Sink::file(&path, None).unwrap();
+        let sink = Sink::file(&path).unwrap();
         let s = sink.clone();
         std::thread::spawn(move || write(&s, |b| b.extend_from_slice(b"bye\n")))
             .join()

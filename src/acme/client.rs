@@ -47,7 +47,8 @@ impl AcmeHttp {
                 detail,
             };
             let mut added = 0;
-            for cert in CertificateDer::pem_file_iter(path).map_err(|e| bad(e.to_string()))? {
+            let pem = crate::safe_open::read(path).map_err(|e| bad(e.to_string()))?;
+            for cert in CertificateDer::pem_slice_iter(&pem) {
                 let cert = cert.map_err(|e| bad(e.to_string()))?;
                 roots.add(cert).map_err(|e| bad(e.to_string()))?;
                 added += 1;

@@ -391,7 +391,10 @@ pub fn load_stored(settings: &AcmeSettings, names: &[String]) -> Result<Option<I
     let dir = cert_dir(settings, &names[0]);
     let read = |file: &str| -> Result<Option<String>, AcmeError> {
         let path = dir.join(file);
-        match std::fs::read_to_string(&path) {
+        match read_state(&path).and_then(|bytes| {
+            String::from_utf8(bytes)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        }) {
             Ok(text) => Ok(Some(text)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(AcmeError::Io {
@@ -549,7 +552,7 @@ async fn account(settings: &AcmeSettings, create: bool) -> Result<(Account, bool
     let http = client::AcmeHttp::new(settings.extra_roots.as_deref())?;
     http.check_directory(&settings.directory).await?;
     let path = account_path(settings);
-    match std::fs::read(&path) {
+    match read_state(&path) {
         Ok(bytes) => {
             let bad = |detail: String| AcmeError::AccountFile {
                 path: path.clone(),
@@ -652,6 +655,35 @@ fn store(settings: &AcmeSettings, names: &[String], issued: &Issued) -> Result<(
     )
 }
 
+/// A file of the state directory, read without following a link at its
+/// name and only if it is a regular file. The state directory is meant to
+/// belong to the user tlsfront runs as, so its files are not held to
+/// [`crate::safe_open::read`]'s root-only rule; a link or a FIFO put there
+/// still does not make tlsfront read another file, nor hang.
+fn read_state(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => std::io::Error::new(
+                e.kind(),
+                "it is a symbolic link, which tlsfront does not follow in the ACME state \
+                 directory (remove it: the next issuance writes the file)",
+            ),
+            _ => e,
+        })?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other(
+            "not a regular file (remove it: the next issuance writes the file)",
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 /// Replace `path` whole: a temporary file beside it (created with `mode`,
 /// so a key is never readable by others even for a moment), fsync, rename,
 /// fsync the directory.
@@ -677,10 +709,12 @@ fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), AcmeError> {
     let tmp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
     // A leftover from a crashed run of a process with the same pid.
     let _ = std::fs::remove_file(&tmp);
+    // O_EXCL already refuses a link at the name; O_NOFOLLOW says so too.
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&tmp)
         .map_err(io("create", &tmp))?;
     let written = file

@@ -4,9 +4,6 @@
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use std::fs;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -68,7 +65,7 @@ pub fn load(cert: Option<&Path>, key: Option<&Path>) -> Result<Identity, CertErr
 
 fn load_pem(cert: &Path, key: &Path, created: bool) -> Result<Identity, CertError> {
     let io = |e: std::io::Error| rustls::pki_types::pem::Error::Io(e);
-    let chain = read_kept(cert)
+    let chain = read_secret(cert)
         .map_err(io)
         .and_then(|pem| CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>())
         .map_err(|source| CertError::ReadCert {
@@ -78,7 +75,7 @@ fn load_pem(cert: &Path, key: &Path, created: bool) -> Result<Identity, CertErro
     if chain.is_empty() {
         return Err(CertError::NoCert { path: cert.into() });
     }
-    let key = read_kept(key)
+    let key = read_secret(key)
         .map_err(io)
         .and_then(|pem| PrivateKeyDer::from_pem_slice(&pem))
         .map_err(|source| CertError::ReadKey {
@@ -93,65 +90,12 @@ fn load_pem(cert: &Path, key: &Path, created: bool) -> Result<Identity, CertErro
     })
 }
 
-/// A file as last read, and what identified it then.
-struct Kept {
-    dev: u64,
-    ino: u64,
-    mtime: (i64, i64),
-    size: u64,
-    bytes: zeroize::Zeroizing<Vec<u8>>,
-}
-
-/// Files read so far (certificates and keys), kept for reloads after the
-/// switch to an unprivileged user: a key only root may read (the usual
-/// 0600) can no longer be read then, but it can still be looked at. If it
-/// is the very file read before (same device, inode, size and modification
-/// time), the copy read then is used; a file that changed must be readable
-/// by the user tlsfront runs as, and the error says so.
-static KEPT: std::sync::Mutex<Option<std::collections::HashMap<PathBuf, Kept>>> =
-    std::sync::Mutex::new(None);
-
-fn read_kept(path: &Path) -> std::io::Result<zeroize::Zeroizing<Vec<u8>>> {
-    use std::os::unix::fs::MetadataExt;
-    let id = |m: &std::fs::Metadata| (m.dev(), m.ino(), (m.mtime(), m.mtime_nsec()), m.size());
-    let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
-    let kept = kept.get_or_insert_with(Default::default);
-    match crate::safe_open::read(path) {
-        Ok(bytes) => {
-            let bytes = zeroize::Zeroizing::new(bytes);
-            if let Ok(m) = fs::metadata(path) {
-                let (dev, ino, mtime, size) = id(&m);
-                kept.insert(
-                    path.into(),
-                    Kept {
-                        dev,
-                        ino,
-                        mtime,
-                        size,
-                        bytes: bytes.clone(),
-                    },
-                );
-            }
-            Ok(bytes)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            let same = fs::metadata(path).ok().and_then(|m| {
-                let k = kept.get(path)?;
-                (id(&m) == (k.dev, k.ino, k.mtime, k.size)).then(|| k.bytes.clone())
-            });
-            same.ok_or_else(|| {
-                std::io::Error::new(
-                    e.kind(),
-                    format!(
-                        "{e}: it changed since tlsfront read it as root, and the user it runs \
-                         as now may not read it (give that user read access, e.g. chgrp and \
-                         chmod 640, or restart tlsfront)"
-                    ),
-                )
-            })
-        }
-        Err(e) => Err(e),
-    }
+/// A certificate or key file's bytes, in a buffer zeroized when dropped.
+/// With `user` set, tlsfront's parent reads them as root for the server
+/// process (`safe_open::read` asks it), so a key only root may read
+/// reloads like any other.
+fn read_secret(path: &Path) -> std::io::Result<zeroize::Zeroizing<Vec<u8>>> {
+    crate::safe_open::read(path).map(zeroize::Zeroizing::new)
 }
 
 /// Where the default identity lives: `$XDG_DATA_HOME/tlsfront` (usually
@@ -166,24 +110,18 @@ fn default_identity() -> Result<Identity, CertError> {
     let dir = data_dir()?;
     let cert = dir.join("cert.pem");
     let key = dir.join("key.pem");
-    if cert.exists() && key.exists() {
+    // A server process of tlsfront's parent: the parent made them (and
+    // reads them for it), whether or not this process may look.
+    if crate::privsep::parent().is_some() || (cert.exists() && key.exists()) {
         return load_pem(&cert, &key, false);
     }
     let write_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| CertError::Write { path, source }
     };
-    fs::create_dir_all(&dir).map_err(write_err(&dir))?;
     let (cert_pem, key_pem) = self_signed()?;
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&key)
-        .map_err(write_err(&key))?;
-    f.write_all(key_pem.as_bytes()).map_err(write_err(&key))?;
-    fs::write(&cert, cert_pem).map_err(write_err(&cert))?;
+    crate::safe_open::write_new_private(&key, key_pem.as_bytes()).map_err(write_err(&key))?;
+    crate::safe_open::write_new_private(&cert, cert_pem.as_bytes()).map_err(write_err(&cert))?;
     load_pem(&cert, &key, true)
 }
 
@@ -313,25 +251,6 @@ mod tests {
 
     /// A file that can no longer be read is taken as read before, as long
     /// as it is unchanged.
-    #[test]
-    fn unreadable_but_unchanged_files_are_kept() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("k.pem");
-        std::fs::write(&p, b"first").unwrap();
-        assert_eq!(&read_kept(&p).unwrap()[..], b"first");
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o000)).unwrap();
-        // Root reads whatever the mode says: only check what it can tell.
-        if std::fs::read(&p).is_err() {
-            assert_eq!(&read_kept(&p).unwrap()[..], b"first");
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-            std::fs::write(&p, b"second, longer").unwrap();
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o000)).unwrap();
-            let e = read_kept(&p).unwrap_err().to_string();
-            assert!(e.contains("changed since"), "{e}");
-        }
-    }
-
     #[test]
     fn errors_name_the_file() {
         let e = load(Some(Path::new("/nonexistent/c.pem")), Some(Path::new("/x")))

@@ -237,10 +237,9 @@ impl FileConfig {
     /// Read and parse `path`. Relative paths in it are relative to the file.
     pub fn load(path: &Path) -> Result<(FileConfig, String), FileError> {
         let text = crate::safe_open::read(path)
-            .and_then(|b| {
-                String::from_utf8(b).map_err(|e| {
-                    std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error())
-                })
+            .and_then(|bytes| {
+                String::from_utf8(bytes)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
             })
             .map_err(|source| FileError::Read {
                 path: path.into(),

@@ -101,9 +101,8 @@ impl Sites {
                 Job::Files(f) => SiteJob::Files(StaticFiles::new(site, f)?),
                 Job::Backend(b) => SiteJob::Proxy(Proxy::new(site, b)),
             };
-            let owner = settings.run_as.as_ref().map(|r| r.ids());
             let access_log =
-                crate::accesslog::SiteLog::open(&site.access_log, owner).map_err(|message| {
+                crate::accesslog::SiteLog::open(&site.access_log).map_err(|message| {
                     StartError::Site {
                         origin: site.access_log.origin.clone(),
                         message,

@@ -98,7 +98,7 @@ pub fn load(
     chain: &[CertificateDer<'_>],
     now: SystemTime,
 ) -> Result<Staple, OcspError> {
-    let der = std::fs::read(path).map_err(|source| OcspError::Read {
+    let der = crate::safe_open::read(path).map_err(|source| OcspError::Read {
         path: path.into(),
         source,
     })?;

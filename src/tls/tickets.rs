@@ -58,8 +58,7 @@ use aws_lc_rs::iv::FixedLength;
 use aws_lc_rs::{digest, hmac, rand};
 use rustls::server::ProducesTickets;
 use std::fmt;
-use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime};
@@ -248,30 +247,40 @@ fn read_key_file(path: &Path) -> Result<(Zeroizing<Vec<u8>>, Option<SystemTime>)
         path: path.to_path_buf(),
         source,
     };
-    let mut file = File::open(path).map_err(read_err)?;
-    let meta = file.metadata().map_err(read_err)?;
     // The size comes from the metadata, not from reading: a device or a
-    // huge file given by mistake is refused without being read.
-    if !meta.is_file() {
-        return Err(TicketKeyError::NotAFile {
-            path: path.to_path_buf(),
-        });
+    // huge file given by mistake is refused without being read. A path
+    // this process cannot look at is left to the read to judge.
+    let meta = std::fs::metadata(path).ok();
+    if let Some(meta) = &meta {
+        if !meta.is_file() {
+            return Err(TicketKeyError::NotAFile {
+                path: path.to_path_buf(),
+            });
+        }
+        let size = meta.len();
+        if size != 48 && size != 80 {
+            return Err(TicketKeyError::Size {
+                path: path.to_path_buf(),
+                size,
+            });
+        }
     }
-    let size = meta.len();
+    let buf = Zeroizing::new(crate::safe_open::read(path).map_err(read_err)?);
+    let size = buf.len() as u64;
+    // A file cut short or grown since the stat is being rewritten in place
+    // (a rotation script without rename): an error, never a partial key.
+    if meta.as_ref().is_some_and(|m| m.len() != size) {
+        return Err(read_err(io::Error::other(
+            "the file changed size while being read",
+        )));
+    }
     if size != 48 && size != 80 {
         return Err(TicketKeyError::Size {
             path: path.to_path_buf(),
             size,
         });
     }
-    let mut buf = Zeroizing::new(vec![0u8; size as usize]);
-    // A file cut short or grown since the stat is being rewritten in place
-    // (a rotation script without rename): an error, never a partial key.
-    file.read_exact(&mut buf).map_err(read_err)?;
-    if file.read(&mut [0u8; 1]).map_err(read_err)? != 0 {
-        return Err(read_err(io::Error::other("the file grew while being read")));
-    }
-    Ok((buf, meta.modified().ok()))
+    Ok((buf, meta.and_then(|m| m.modified().ok())))
 }
 
 /// Keys made at random, newest first: the first encrypts while younger
@@ -522,6 +531,7 @@ impl fmt::Debug for TicketKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
     use std::sync::Mutex;
 
     fn random<const N: usize>() -> [u8; N] {
