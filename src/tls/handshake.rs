@@ -252,8 +252,9 @@ pub(crate) fn queue_alert(
     // the input again, and only while it holds some (`wants_write`): a
     // round with nothing queued would read the input again and meet the
     // error again (a second fatal alert, which rustls debug-asserts
-    // against). Bounded all the same, in case a future rustls behaves
-    // otherwise: a failed handshake queues a handful of records.
+    // against). Each round takes one record off rustls' queue; the bound
+    // is only in case a future rustls behaves otherwise, and is far above
+    // what a failed handshake queues (its flight so far, in records).
     for _ in 0..MAX_QUEUED_AFTER_ERROR {
         if !conn.wants_write() {
             break;
@@ -268,7 +269,7 @@ pub(crate) fn queue_alert(
 }
 
 /// Most records taken from rustls after an error ([`queue_alert`]).
-const MAX_QUEUED_AFTER_ERROR: usize = 16;
+const MAX_QUEUED_AFTER_ERROR: usize = 4096;
 
 /// Write `data` without waiting, as much as the socket takes now: the last
 /// words (an alert) before the connection is dropped.

@@ -629,7 +629,12 @@ def oversized(version):
         # only when it is read and does not wake a reader for this one: the
         # server hears of it with the next event on the socket, here the
         # FIN, and must answer then. (6.1 reports it at once.)
-        s.shutdown(socket.SHUT_WR)
+        try:
+            s.shutdown(socket.SHUT_WR)
+        except OSError:
+            # 6.1 reported it at once: the server has answered and closed
+            # (a reset, with the record's body unread) before our FIN.
+            pass
         expect_tls_alert(c, RECORD_OVERFLOW)
         if KTLS:
             assert tls_stat("TlsRxSw") > offloaded, "the kernel did not take the connection"
