@@ -208,14 +208,16 @@ impl KtlsStream {
         match self.control.decode(record_type, msg) {
             Err(Fatal { alert, why }) => Err(self.fatal(alert, why).await),
             Ok(Control::Closed) => Ok(true),
-            Ok(Control::Ignore) if self.rekey && self.control.mid_message() => {
-                // A TLS 1.3 KeyUpdate split across records (the only
-                // message TLS 1.3 allows here). A kernel that rekeys takes
-                // a handshake record that starts with one for the whole
-                // message and decrypts nothing more until it has new keys;
-                // the rest of the message is under the old key, which
-                // cannot be installed again. So, as on a kernel that cannot
-                // rekey: close properly, read nothing more.
+            Ok(Control::Ignore)
+                if self.version == Version::Tls13 && self.rekey && self.control.mid_message() =>
+            {
+                // A KeyUpdate split across records (the only message TLS
+                // 1.3 allows here). A kernel that rekeys takes a handshake
+                // record that starts with one for the whole message and
+                // decrypts nothing more until it has new keys; the rest of
+                // the message is under the old key, which cannot be
+                // installed again. So, as on a kernel that cannot rekey:
+                // close properly, read nothing more.
                 Err(TransportError::KeyUpdateUnsupported)
             }
             Ok(Control::Ignore) => Ok(false),
