@@ -5,7 +5,7 @@
 //! TLS 1.3 handshake record holding exactly that one 5-byte message with a
 //! request of 0 or 1; renegotiation only under TLS 1.2; an alert record
 //! decodes only when it is exactly two bytes; a refusal's alert is one of
-//! the two the decoder may send.
+//! the three the decoder may send.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -49,7 +49,9 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(f) => assert!(matches!(
             f.alert,
-            AlertDescription::DecodeError | AlertDescription::UnexpectedMessage
+            AlertDescription::DecodeError
+                | AlertDescription::UnexpectedMessage
+                | AlertDescription::IllegalParameter
         )),
     }
 });

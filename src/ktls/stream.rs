@@ -41,6 +41,8 @@ pub struct KtlsStream {
     /// Replace or stop using a key after this many records.
     limit: u64,
     peer_closed: bool,
+    /// The peer's control records, read in order.
+    control: ControlReader,
 }
 
 impl KtlsStream {
@@ -64,6 +66,7 @@ impl KtlsStream {
             // Keep a margin below rustls' limit: our counts are estimates.
             limit: limit - limit / 16,
             peer_closed: false,
+            control: ControlReader::new(version),
         }
     }
 
@@ -124,6 +127,9 @@ impl KtlsStream {
         let (alert, why) = match e.raw_os_error() {
             Some(libc::EBADMSG) => (AlertDescription::BadRecordMac, "record failed to decrypt"),
             Some(libc::EMSGSIZE) => (AlertDescription::RecordOverflow, "oversized record"),
+            // The kernel saw a KeyUpdate and waits for keys we cannot give
+            // it (see `handle_control`): our sending key still stands.
+            Some(libc::EKEYEXPIRED) => return TransportError::KeyUpdateUnsupported,
             _ => return e.into(),
         };
         // A decrypt failure leaves its error pending on the socket (an
@@ -199,9 +205,21 @@ impl KtlsStream {
         record_type: u8,
         msg: &[u8],
     ) -> Result<bool, TransportError> {
-        match decode_control(self.version, record_type, msg) {
+        match self.control.decode(record_type, msg) {
             Err(Fatal { alert, why }) => Err(self.fatal(alert, why).await),
             Ok(Control::Closed) => Ok(true),
+            Ok(Control::Ignore)
+                if self.version == Version::Tls13 && self.rekey && self.control.mid_message() =>
+            {
+                // A KeyUpdate split across records (the only message TLS
+                // 1.3 allows here). A kernel that rekeys takes a handshake
+                // record that starts with one for the whole message and
+                // decrypts nothing more until it has new keys; the rest of
+                // the message is under the old key, which cannot be
+                // installed again. So, as on a kernel that cannot rekey:
+                // close properly, read nothing more.
+                Err(TransportError::KeyUpdateUnsupported)
+            }
             Ok(Control::Ignore) => Ok(false),
             Ok(Control::PeerAlert(d)) => Err(TransportError::PeerAlert(d.into())),
             Ok(Control::KeyUpdate { update_requested }) => {
@@ -209,8 +227,8 @@ impl KtlsStream {
                 Ok(false)
             }
             Ok(Control::Renegotiation) => {
-                // Refused the way rustls does: with a warning (one for the
-                // record, however many requests it holds).
+                // Refused the way rustls does: with a warning (the
+                // reader ends the connection at the next request).
                 self.send_control(
                     ContentType::Alert,
                     &[
@@ -251,14 +269,14 @@ impl KtlsStream {
 pub enum Control {
     /// close_notify: the peer closed its side.
     Closed,
-    /// Nothing to do (user_canceled; a TLS 1.2 warning; an empty handshake
-    /// record).
+    /// Nothing to do (a warning alert within the allowance; part of a
+    /// handshake message that goes on in the next record).
     Ignore,
     /// An alert that ends the connection.
     PeerAlert(AlertDescription),
-    /// A TLS 1.3 KeyUpdate, alone in its record.
+    /// A TLS 1.3 KeyUpdate, ending its record.
     KeyUpdate { update_requested: bool },
-    /// TLS 1.2 renegotiation: one or more ClientHellos.
+    /// TLS 1.2 renegotiation: a ClientHello.
     Renegotiation,
 }
 
@@ -269,52 +287,141 @@ pub struct Fatal {
     pub why: &'static str,
 }
 
-/// Decode one control record of `record_type` under `version`.
-pub fn decode_control(version: Version, record_type: u8, msg: &[u8]) -> Result<Control, Fatal> {
-    let fatal = |alert, why| Err(Fatal { alert, why });
-    match ContentType::from(record_type) {
-        ContentType::Alert => {
-            let &[level, desc] = msg else {
-                return fatal(AlertDescription::DecodeError, "malformed alert");
-            };
-            match (AlertLevel::from(level), AlertDescription::from(desc)) {
-                (_, AlertDescription::CloseNotify) => Ok(Control::Closed),
-                (_, AlertDescription::UserCanceled) => Ok(Control::Ignore),
-                (AlertLevel::Warning, _) if version == Version::Tls12 => Ok(Control::Ignore),
-                (_, d) => Ok(Control::PeerAlert(d)),
-            }
+/// Warning alerts a peer may send over a connection's life: rustls' own
+/// allowance (BoringSSL's `kMaxWarningAlerts`), so that a connection
+/// answers alike whichever path carries it. Each costs a wakeup and a
+/// receive, and nothing bounds them otherwise.
+const WARNING_ALERTS: u8 = 4;
+/// Renegotiation requests refused with a warning before the next one ends
+/// the connection, as rustls allows.
+const RENEGOTIATIONS: u8 = 1;
+/// The longest handshake message rustls takes (a 16-bit length).
+const MAX_HANDSHAKE_MESSAGE: usize = 0xffff;
+
+/// Reads the peer's control records in order, as the user-space path
+/// (rustls) reads them: a handshake message may span records (RFC 8446
+/// §5.1), so one begun in a record is carried to the next; warning alerts
+/// and renegotiation requests are allowed as many times as rustls allows
+/// them. What it keeps of a split message is its header and, of a
+/// KeyUpdate, the one byte of its body: a ClientHello (the only long
+/// message it takes) is counted and skipped, not stored.
+#[derive(Debug, Clone)]
+pub struct ControlReader {
+    version: Version,
+    /// The handshake message under way: its header so far (`have` bytes
+    /// of 4), then the body bytes still to come.
+    header: [u8; 4],
+    have: usize,
+    body_left: usize,
+    /// A KeyUpdate's request byte, once read.
+    request: Option<u8>,
+    warnings_left: u8,
+    renegotiations_left: u8,
+}
+
+impl ControlReader {
+    pub fn new(version: Version) -> Self {
+        ControlReader {
+            version,
+            header: [0; 4],
+            have: 0,
+            body_left: 0,
+            request: None,
+            warnings_left: WARNING_ALERTS,
+            renegotiations_left: RENEGOTIATIONS,
         }
-        ContentType::Handshake => {
-            let mut rest = msg;
-            let mut renegotiations = 0;
-            while !rest.is_empty() {
-                let &[typ, a, b, c, ref body @ ..] = rest else {
-                    return fatal(AlertDescription::DecodeError, "truncated handshake message");
-                };
-                let len = u32::from_be_bytes([0, a, b, c]) as usize;
-                if body.len() < len {
-                    return fatal(AlertDescription::DecodeError, "truncated handshake message");
+    }
+
+    /// A handshake message has begun and not ended: nothing but handshake
+    /// records may come until it does (RFC 8446 §5.1).
+    pub fn mid_message(&self) -> bool {
+        self.have > 0
+    }
+
+    /// Decode one control record of `record_type`.
+    pub fn decode(&mut self, record_type: u8, msg: &[u8]) -> Result<Control, Fatal> {
+        let fatal = |alert, why| Err(Fatal { alert, why });
+        let typ = ContentType::from(record_type);
+        if typ != ContentType::Handshake && self.mid_message() {
+            return fatal(
+                AlertDescription::UnexpectedMessage,
+                "a record inside a split handshake message",
+            );
+        }
+        match typ {
+            ContentType::Alert => self.alert(msg),
+            ContentType::Handshake => self.handshake(msg),
+            ContentType::ChangeCipherSpec => fatal(
+                AlertDescription::UnexpectedMessage,
+                "ChangeCipherSpec after the handshake",
+            ),
+            _ => fatal(AlertDescription::UnexpectedMessage, "unknown record type"),
+        }
+    }
+
+    /// An alert, judged as rustls judges it.
+    fn alert(&mut self, msg: &[u8]) -> Result<Control, Fatal> {
+        let fatal = |alert, why| Err(Fatal { alert, why });
+        let &[level, desc] = msg else {
+            return fatal(AlertDescription::DecodeError, "malformed alert");
+        };
+        let (level, desc) = (AlertLevel::from(level), AlertDescription::from(desc));
+        if let AlertLevel::Unknown(_) = level {
+            return fatal(AlertDescription::IllegalParameter, "unknown alert level");
+        }
+        if desc == AlertDescription::CloseNotify {
+            return Ok(Control::Closed);
+        }
+        if level != AlertLevel::Warning {
+            return Ok(Control::PeerAlert(desc));
+        }
+        // Refused with unexpected_message, as BoringSSL and OpenSSL refuse
+        // too many warnings (rustls closes without a word).
+        let Some(left) = self.warnings_left.checked_sub(1) else {
+            return fatal(
+                AlertDescription::UnexpectedMessage,
+                "too many warning alerts",
+            );
+        };
+        self.warnings_left = left;
+        // TLS 1.3 has no warnings but user_canceled (RFC 8446 §6).
+        if self.version == Version::Tls13 && desc != AlertDescription::UserCanceled {
+            return fatal(AlertDescription::DecodeError, "warning alert in TLS 1.3");
+        }
+        Ok(Control::Ignore)
+    }
+
+    /// A handshake record: the messages it ends, and the start of one it
+    /// may leave for the next record.
+    fn handshake(&mut self, mut rest: &[u8]) -> Result<Control, Fatal> {
+        let fatal = |alert, why| Err(Fatal { alert, why });
+        if rest.is_empty() {
+            // RFC 8446 §5.1, RFC 5246 §6.2.1: no zero-length handshake
+            // fragments. decode_error, as rustls answers one before the
+            // handshake's keys (it is malformed, not out of place).
+            return fatal(AlertDescription::DecodeError, "empty handshake record");
+        }
+        let mut seen = Control::Ignore;
+        while !rest.is_empty() {
+            if self.have < 4 {
+                let n = (4 - self.have).min(rest.len());
+                self.header[self.have..self.have + n].copy_from_slice(&rest[..n]);
+                self.have += n;
+                rest = &rest[n..];
+                if self.have < 4 {
+                    break;
                 }
-                let (payload, next) = body.split_at(len);
-                rest = next;
-                match HandshakeType::from(typ) {
-                    HandshakeType::KeyUpdate if version == Version::Tls13 => {
-                        let update_requested = match payload {
-                            [0] => false,
-                            [1] => true,
-                            _ => {
-                                return fatal(AlertDescription::DecodeError, "malformed KeyUpdate")
-                            }
-                        };
-                        if !rest.is_empty() || renegotiations > 0 {
-                            return fatal(
-                                AlertDescription::UnexpectedMessage,
-                                "KeyUpdate not alone in its record",
-                            );
-                        }
-                        return Ok(Control::KeyUpdate { update_requested });
+                let [typ, a, b, c] = self.header;
+                let len = u32::from_be_bytes([0, a, b, c]) as usize;
+                match (self.version, HandshakeType::from(typ)) {
+                    (Version::Tls13, HandshakeType::KeyUpdate) if len != 1 => {
+                        return fatal(AlertDescription::DecodeError, "malformed KeyUpdate")
                     }
-                    HandshakeType::ClientHello if version == Version::Tls12 => renegotiations += 1,
+                    (Version::Tls13, HandshakeType::KeyUpdate) => {}
+                    (Version::Tls12, HandshakeType::ClientHello) if len > MAX_HANDSHAKE_MESSAGE => {
+                        return fatal(AlertDescription::DecodeError, "oversized ClientHello")
+                    }
+                    (Version::Tls12, HandshakeType::ClientHello) => {}
                     _ => {
                         return fatal(
                             AlertDescription::UnexpectedMessage,
@@ -322,19 +429,54 @@ pub fn decode_control(version: Version, record_type: u8, msg: &[u8]) -> Result<C
                         )
                     }
                 }
+                self.body_left = len;
             }
-            Ok(if renegotiations > 0 {
-                Control::Renegotiation
-            } else {
-                Control::Ignore
-            })
+            let n = self.body_left.min(rest.len());
+            if self.request.is_none() && n > 0 {
+                self.request = Some(rest[0]);
+            }
+            self.body_left -= n;
+            rest = &rest[n..];
+            if self.body_left > 0 {
+                break;
+            }
+            // A whole message.
+            let typ = HandshakeType::from(self.header[0]);
+            let request = self.request.take();
+            self.have = 0;
+            if typ == HandshakeType::KeyUpdate {
+                let update_requested = match request {
+                    Some(0) => false,
+                    Some(1) => true,
+                    _ => return fatal(AlertDescription::DecodeError, "malformed KeyUpdate"),
+                };
+                // The next record is under the new key: the KeyUpdate must
+                // end its record (RFC 8446 §5.1).
+                if !rest.is_empty() {
+                    return fatal(
+                        AlertDescription::UnexpectedMessage,
+                        "KeyUpdate not at the end of its record",
+                    );
+                }
+                return Ok(Control::KeyUpdate { update_requested });
+            }
+            let Some(left) = self.renegotiations_left.checked_sub(1) else {
+                return fatal(
+                    AlertDescription::UnexpectedMessage,
+                    "too many renegotiation requests",
+                );
+            };
+            self.renegotiations_left = left;
+            seen = Control::Renegotiation;
         }
-        ContentType::ChangeCipherSpec => fatal(
-            AlertDescription::UnexpectedMessage,
-            "ChangeCipherSpec after the handshake",
-        ),
-        _ => fatal(AlertDescription::UnexpectedMessage, "unknown record type"),
+        Ok(seen)
     }
+}
+
+/// Decode one control record of `record_type` under `version`, as the
+/// first the peer sends (see [`ControlReader`] for a connection's).
+pub fn decode_control(version: Version, record_type: u8, msg: &[u8]) -> Result<Control, Fatal> {
+    ControlReader::new(version).decode(record_type, msg)
 }
 
 /// What one non-blocking receive on a kTLS socket gave.
@@ -372,6 +514,17 @@ impl KtlsStream {
             if r.len == 0 {
                 self.peer_closed = true;
                 return Ok(Recv::Closed);
+            }
+            if self.control.mid_message() {
+                // RFC 8446 §5.1: nothing between a handshake message's
+                // fragments. (The proxy's splices read data past this
+                // check; the next control record is checked still.)
+                return Err(self
+                    .fatal(
+                        AlertDescription::UnexpectedMessage,
+                        "application data inside a split handshake message",
+                    )
+                    .await);
             }
             self.rx_records += records_for(r.len as u64);
             return Ok(Recv::Data(r.len));
@@ -583,11 +736,17 @@ mod tests {
         use Version::{Tls12, Tls13};
         let d = decode_control;
         assert_eq!(d(Tls13, ALERT, &[1, 0]), Ok(Control::Closed));
+        assert_eq!(d(Tls13, ALERT, &[2, 0]), Ok(Control::Closed));
         assert_eq!(d(Tls13, ALERT, &[1, 90]), Ok(Control::Ignore));
         assert_eq!(d(Tls12, ALERT, &[1, 42]), Ok(Control::Ignore));
         assert_eq!(
-            d(Tls13, ALERT, &[1, 42]),
+            d(Tls13, ALERT, &[2, 42]),
             Ok(Control::PeerAlert(AlertDescription::BadCertificate))
+        );
+        // user_canceled ends the connection when it comes as fatal.
+        assert_eq!(
+            d(Tls12, ALERT, &[2, 90]),
+            Ok(Control::PeerAlert(AlertDescription::UserCanceled))
         );
         assert_eq!(
             d(Tls13, HANDSHAKE, &[24, 0, 0, 1, 1]),
@@ -596,12 +755,24 @@ mod tests {
             })
         );
         assert_eq!(
-            d(Tls12, HANDSHAKE, &[1, 0, 0, 0, 1, 0, 0, 0]),
+            d(Tls12, HANDSHAKE, &[1, 0, 0, 2, 3, 3]),
             Ok(Control::Renegotiation)
         );
-        assert_eq!(d(Tls13, HANDSHAKE, &[]), Ok(Control::Ignore));
         let alert = |r: Result<Control, Fatal>| r.unwrap_err().alert;
         assert_eq!(alert(d(Tls13, ALERT, &[1])), AlertDescription::DecodeError);
+        // TLS 1.3 has no warnings but user_canceled: as rustls answers.
+        assert_eq!(
+            alert(d(Tls13, ALERT, &[1, 42])),
+            AlertDescription::DecodeError
+        );
+        assert_eq!(
+            alert(d(Tls12, ALERT, &[3, 42])),
+            AlertDescription::IllegalParameter
+        );
+        // RFC 8446 §5.1: no zero-length handshake fragments.
+        for v in Version::ALL {
+            assert_eq!(alert(d(v, HANDSHAKE, &[])), AlertDescription::DecodeError);
+        }
         assert_eq!(
             alert(d(Tls13, HANDSHAKE, &[24, 0, 0, 1, 2])),
             AlertDescription::DecodeError
@@ -624,5 +795,71 @@ mod tests {
         ] {
             assert_eq!(alert(d(v, t, m)), AlertDescription::UnexpectedMessage);
         }
+    }
+
+    #[test]
+    fn a_handshake_message_may_span_records() {
+        let key_update = [24u8, 0, 0, 1, 1];
+        // Every way of cutting a KeyUpdate in two or more records.
+        for cuts in 1u32..(1 << 4) {
+            let mut r = ControlReader::new(Version::Tls13);
+            let mut start = 0;
+            for end in 1..=key_update.len() {
+                if end < key_update.len() && cuts & (1 << (end - 1)) == 0 {
+                    continue;
+                }
+                let got = r.decode(HANDSHAKE, &key_update[start..end]);
+                if end < key_update.len() {
+                    assert_eq!(got, Ok(Control::Ignore), "{cuts:b} {end}");
+                    assert!(r.mid_message());
+                } else {
+                    let want = Control::KeyUpdate {
+                        update_requested: true,
+                    };
+                    assert_eq!(got, Ok(want), "{cuts:b}");
+                    assert!(!r.mid_message());
+                }
+                start = end;
+            }
+        }
+        // A TLS 1.2 ClientHello (renegotiation) of 3 000 bytes in 1 000-byte
+        // records: counted once whole, not stored.
+        let mut hello = vec![1u8, 0, 0x0b, 0xb8];
+        hello.resize(4 + 3000, 7);
+        let mut r = ControlReader::new(Version::Tls12);
+        let mut got = Vec::new();
+        for part in hello.chunks(1000) {
+            got.push(r.decode(HANDSHAKE, part).unwrap());
+        }
+        assert_eq!(got.last(), Some(&Control::Renegotiation));
+        assert!(got[..got.len() - 1].iter().all(|c| *c == Control::Ignore));
+        // Nothing else may come between its fragments.
+        let mut r = ControlReader::new(Version::Tls13);
+        assert_eq!(r.decode(HANDSHAKE, &[24, 0]), Ok(Control::Ignore));
+        let fatal = r.decode(ALERT, &[1, 0]).unwrap_err();
+        assert_eq!(fatal.alert, AlertDescription::UnexpectedMessage);
+        // A KeyUpdate whose last fragment carries more.
+        let mut r = ControlReader::new(Version::Tls13);
+        assert_eq!(r.decode(HANDSHAKE, &[24, 0, 0]), Ok(Control::Ignore));
+        let fatal = r.decode(HANDSHAKE, &[1, 0, 24]).unwrap_err();
+        assert_eq!(fatal.alert, AlertDescription::UnexpectedMessage);
+    }
+
+    #[test]
+    fn warnings_and_renegotiations_are_bounded_as_rustls_bounds_them() {
+        let mut r = ControlReader::new(Version::Tls12);
+        for _ in 0..WARNING_ALERTS {
+            assert_eq!(r.decode(ALERT, &[1, 42]), Ok(Control::Ignore));
+        }
+        let fatal = r.decode(ALERT, &[1, 42]).unwrap_err();
+        assert_eq!(fatal.alert, AlertDescription::UnexpectedMessage);
+        // close_notify is no warning to count.
+        assert_eq!(r.decode(ALERT, &[1, 0]), Ok(Control::Closed));
+
+        let mut r = ControlReader::new(Version::Tls12);
+        let hello = [1u8, 0, 0, 1, 0];
+        assert_eq!(r.decode(HANDSHAKE, &hello), Ok(Control::Renegotiation));
+        let fatal = r.decode(HANDSHAKE, &hello).unwrap_err();
+        assert_eq!(fatal.alert, AlertDescription::UnexpectedMessage);
     }
 }

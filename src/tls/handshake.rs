@@ -24,7 +24,7 @@ use rustls::internal::msgs::enums::AlertLevel;
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, UnbufferedStatus};
 use rustls::ServerConfig;
-use rustls::{AlertDescription, ContentType, ProtocolVersion};
+use rustls::{AlertDescription, ContentType, HandshakeKind, ProtocolVersion};
 use std::io;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
@@ -117,9 +117,19 @@ pub async fn handshake(
     // data), which rustls takes. A read shorter than the buffer also tells
     // tokio the socket is drained, so the first read after the server's
     // flight waits for the client instead of finding nothing (EAGAIN).
-    let mut used = read_more(sock, &mut incoming, 0, false, &mut reads).await?;
-    while hello::gather(&incoming[..used]) == Gathered::Partial {
-        used += read_more(sock, &mut incoming, used, false, &mut reads).await?;
+    let mut used = read_more(sock, &mut incoming, 0, false, &mut reads, true).await?;
+    loop {
+        match hello::gather(&incoming[..used]) {
+            Gathered::Partial => {}
+            // RFC 8446 §5.1 (rustls lets a plaintext record through up to
+            // 2^14 + 2048 bytes).
+            Gathered::Oversized => {
+                send_plaintext_alert(sock, AlertDescription::RecordOverflow);
+                return Err(TransportError::Protocol("ClientHello record over 2^14 bytes").into());
+            }
+            Gathered::Whole(_) | Gathered::Unreadable => break,
+        }
+        used += read_more(sock, &mut incoming, used, false, &mut reads, true).await?;
     }
     // The ClientHello picks the configuration; rustls checks it properly,
     // except for what `hello` refuses.
@@ -145,9 +155,7 @@ pub async fn handshake(
             Err(e) => {
                 // Tell the client why, if rustls queued an alert.
                 queue_alert(&mut conn, &mut incoming[..used], discard, &mut outgoing);
-                if !outgoing.is_empty() {
-                    let _ = sock.try_write(outgoing.data());
-                }
+                write_best_effort(sock, outgoing.data());
                 return Err(e.into());
             }
         };
@@ -205,37 +213,79 @@ pub async fn handshake(
             });
         }
         if need_read {
-            used += read_more(sock, &mut incoming, used, record_by_record, &mut reads).await?;
+            let plaintext = says_plaintext(&conn);
+            used += read_more(
+                sock,
+                &mut incoming,
+                used,
+                record_by_record,
+                &mut reads,
+                plaintext,
+            )
+            .await?;
         }
     }
 }
 
 /// After `process_tls_records(incoming)` returned an error with `discard`:
-/// take the alert rustls queued, if any, into `out` (the caller writes it
-/// best effort, without waiting on the peer). Called once: the connection
-/// is dead after it. rustls' buffer contract holds here too
-/// (`UnbufferedStatus::discard`): the discard is applied and the rest of
-/// the same buffer passed again, because its handshake deframer keeps
-/// positions relative to that buffer (an empty buffer made it index out of
-/// range and panic).
+/// take every record rustls still holds into `out`, the alert it queued
+/// last (the caller writes them best effort, without waiting on the peer).
+/// Records queued ahead of the alert must go first: a TLS 1.3 server
+/// queues its ServerHello (and the compatibility ChangeCipherSpec) before
+/// it builds the EncryptedExtensions, Certificate and CertificateVerify
+/// that may fail (no common ALPN protocol or signature scheme), and the
+/// client needs the ServerHello to read the alert encrypted after it; an
+/// answer to a KeyUpdate waits in rustls until the next record goes out,
+/// and that is the alert. Called once: the connection is dead after it.
+/// rustls' buffer contract holds here too (`UnbufferedStatus::discard`):
+/// the discard is applied and the rest of the same buffer passed again,
+/// because its handshake deframer keeps positions relative to that buffer
+/// (an empty buffer made it index out of range and panic).
 pub(crate) fn queue_alert(
     conn: &mut UnbufferedServerConnection,
     incoming: &mut [u8],
     discard: usize,
     out: &mut OutBuf,
 ) {
-    let start = discard.min(incoming.len());
-    // One round: a queued alert comes back at once, as one record. Nothing
-    // after it: rustls does not ask for its transmission after an error,
-    // and another round would meet the error again (a second fatal alert,
-    // which rustls debug-asserts against).
-    let UnbufferedStatus { state, .. } = conn.process_tls_records(&mut incoming[start..]);
-    if let Ok(ConnectionState::EncodeTlsData(mut enc)) = state {
-        out.encode(&mut enc);
+    let mut start = discard.min(incoming.len());
+    // rustls hands back one queued record per round, before it looks at
+    // the input again, and only while it holds some (`wants_write`): a
+    // round with nothing queued would read the input again and meet the
+    // error again (a second fatal alert, which rustls debug-asserts
+    // against). Each round takes one record off rustls' queue; the bound
+    // is only in case a future rustls behaves otherwise, and is far above
+    // what a failed handshake queues (its flight so far, in records).
+    for _ in 0..MAX_QUEUED_AFTER_ERROR {
+        if !conn.wants_write() {
+            break;
+        }
+        let UnbufferedStatus { discard, state } = conn.process_tls_records(&mut incoming[start..]);
+        match state {
+            Ok(ConnectionState::EncodeTlsData(mut enc)) => out.encode(&mut enc),
+            _ => break,
+        }
+        start = (start + discard).min(incoming.len());
     }
 }
 
-/// A fatal alert before any key exists (a plaintext record), best effort.
+/// Most records taken from rustls after an error ([`queue_alert`]).
+const MAX_QUEUED_AFTER_ERROR: usize = 4096;
+
+/// Write `data` without waiting, as much as the socket takes now: the last
+/// words (an alert) before the connection is dropped.
+pub(crate) fn write_best_effort(sock: &TcpStream, mut data: &[u8]) {
+    while !data.is_empty() {
+        match sock.try_write(data) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => data = &data[n..],
+        }
+    }
+}
+
+/// A fatal alert before any key exists (a plaintext record), best effort,
+/// then our FIN: the connection ends here, and when what the client sent
+/// lies unread, the close that follows is a reset, which must not be the
+/// first the client hears of it.
 fn send_plaintext_alert(sock: &TcpStream, alert: AlertDescription) {
     let v = ProtocolVersion::TLSv1_2.to_array();
     let record = [
@@ -247,7 +297,8 @@ fn send_plaintext_alert(sock: &TcpStream, alert: AlertDescription) {
         u8::from(AlertLevel::Fatal),
         u8::from(alert),
     ];
-    let _ = sock.try_write(&record);
+    write_best_effort(sock, &record);
+    let _ = socket2::SockRef::from(sock).shutdown(std::net::Shutdown::Write);
 }
 
 /// Most reads one handshake may take. A real one takes a handful (the
@@ -258,18 +309,37 @@ fn send_plaintext_alert(sock: &TcpStream, alert: AlertDescription) {
 /// tiny records or segments would make the server work quadratically.
 const MAX_HANDSHAKE_READS: u32 = 64;
 
+/// Whether what the server sends is still plaintext, so that tlsfront may
+/// write an alert of its own: in a full TLS 1.2 handshake the server's
+/// ChangeCipherSpec comes only after the client's last flight. (A TLS 1.3
+/// server encrypts from its ServerHello on, a resumed TLS 1.2 one from its
+/// first flight: only rustls can write an alert then.)
+fn says_plaintext(conn: &UnbufferedServerConnection) -> bool {
+    conn.protocol_version() == Some(ProtocolVersion::TLSv1_2)
+        && conn.handshake_kind() == Some(HandshakeKind::Full)
+}
+
 /// Read after `buf[..used]`: exactly one more record, or whatever has
 /// arrived. `reads` counts the handshake's reads against
-/// [`MAX_HANDSHAKE_READS`].
+/// [`MAX_HANDSHAKE_READS`]. Past it the handshake is refused with
+/// `unexpected_message` if `plaintext` (the server has encrypted nothing
+/// yet): pieces are legal (RFC 8446 §5.1), but so many are abuse, and
+/// unexpected_message is what BoringSSL and OpenSSL answer to a peer that
+/// sends too many of a legal thing (empty records, warning alerts), where
+/// decode_error would claim the message is malformed, which it is not.
 async fn read_more(
     sock: &mut TcpStream,
     buf: &mut Vec<u8>,
     used: usize,
     record_by_record: bool,
     reads: &mut u32,
+    plaintext: bool,
 ) -> Result<usize, HandshakeError> {
     *reads += 1;
     if *reads > MAX_HANDSHAKE_READS {
+        if plaintext {
+            send_plaintext_alert(sock, AlertDescription::UnexpectedMessage);
+        }
         return Err(TransportError::Protocol("handshake sent in too many pieces").into());
     }
     if record_by_record {
@@ -329,7 +399,11 @@ async fn read_one_record(
         } else {
             let len = u16::from_be_bytes([buf[start + 3], buf[start + 4]]) as usize;
             if 5 + len > MAX_RECORD {
-                return Err(TransportError::Protocol("oversized record").into());
+                // No record is that long: hand rustls the header, which it
+                // refuses at once with its alert, under the keys of the
+                // moment (which only it has), as it does on the path that
+                // reads whatever has arrived.
+                return Ok(have - used);
             }
             let end = start + 5 + len;
             if have >= end {

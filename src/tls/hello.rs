@@ -116,7 +116,13 @@ pub enum Gathered<'a> {
     /// between its fragments, an empty fragment, a message too long):
     /// rustls decides.
     Unreadable,
+    /// A record longer than a plaintext record may be (2^14 bytes, RFC 8446
+    /// §5.1: `record_overflow`), which rustls would take.
+    Oversized,
 }
+
+/// The longest plaintext record (RFC 8446 §5.1, RFC 5246 §6.2.1).
+const MAX_PLAINTEXT_RECORD: usize = 1 << 14;
 
 /// Put together the handshake message at the front of `records`, TLS
 /// records back to back as read from the socket.
@@ -141,6 +147,13 @@ pub fn gather(records: &[u8]) -> Gathered<'_> {
                     None => Cow::Borrowed(&first[..want]),
                 });
             }
+        }
+        // A record's header, judged before its body has all arrived.
+        let header = rest.0.get(..5);
+        if header
+            .is_some_and(|h| usize::from(u16::from_be_bytes([h[3], h[4]])) > MAX_PLAINTEXT_RECORD)
+        {
+            return Gathered::Oversized;
         }
         let Some(typ) = rest.u8() else {
             return Gathered::Partial;
@@ -447,6 +460,26 @@ mod tests {
         let mut recs = records(&msg[..10], 16384);
         recs.extend_from_slice(&[22, 3, 1, 0, 0]);
         assert_eq!(gather(&recs), Gathered::Unreadable);
+    }
+
+    #[test]
+    fn a_record_over_2_14_bytes_is_oversized() {
+        // Seen from its header alone, first or after other records.
+        let msg = message(&TLS13);
+        let mut long = vec![22, 3, 1, 0x40, 0x01];
+        assert_eq!(gather(&long), Gathered::Oversized);
+        long.extend_from_slice(&msg);
+        assert_eq!(gather(&long), Gathered::Oversized);
+        let mut recs = records(&msg[..10], 16384);
+        recs.extend_from_slice(&[22, 3, 1, 0xff, 0xff]);
+        assert_eq!(gather(&recs), Gathered::Oversized);
+        // 2^14 itself is allowed: a message of 20 000 bytes (19 996 and
+        // its header) in a full record and the rest.
+        let mut hello = vec![1, 0, 0x4e, 0x1c];
+        hello.resize(20000, 0);
+        let recs = records(&hello, 16384);
+        assert_eq!(recs[3..5], [0x40, 0x00]);
+        assert_eq!(gather(&recs[..5 + 16384]), Gathered::Partial);
     }
 
     #[test]

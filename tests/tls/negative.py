@@ -15,6 +15,8 @@ Needs: openssl (certificates), tlslite-ng (pip). With TLSFRONT_EXPECT_KTLS=1
 decrypt errors in /proc/net/tls_stat. Ends with "N passed, M failed".
 """
 
+import hashlib
+import hmac
 import os
 import re
 import select
@@ -28,7 +30,11 @@ import threading
 import time
 
 from tlslite.api import HandshakeSettings, TLSConnection
+from tlslite.constants import KeyUpdateMessageType
 from tlslite.errors import TLSAbruptCloseError, TLSRemoteAlert
+from tlslite.messages import Message
+from tlslite.utils.cipherfactory import createAESGCM
+from tlslite.utils.x25519 import x25519
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Bounds a broken server, not what is measured: every wait ends on data or EOF.
@@ -38,12 +44,14 @@ SAFETY = 20
 HANDSHAKE, ALERT, APPDATA, CCS = 22, 21, 23, 20
 BAD_RECORD_MAC, RECORD_OVERFLOW, HANDSHAKE_FAILURE = 20, 22, 40
 DECODE_ERROR, PROTOCOL_VERSION, INAPPROPRIATE_FALLBACK = 50, 70, 86
-UNEXPECTED_MESSAGE = 10
+UNEXPECTED_MESSAGE, NO_APPLICATION_PROTOCOL, USER_CANCELED = 10, 120, 90
+NO_RENEGOTIATION = 100
 NAMES = {
     0: "close_notify", 10: "unexpected_message", 20: "bad_record_mac",
     22: "record_overflow", 40: "handshake_failure", 47: "illegal_parameter",
     50: "decode_error", 70: "protocol_version", 80: "internal_error",
-    86: "inappropriate_fallback",
+    86: "inappropriate_fallback", 90: "user_canceled", 100: "no_renegotiation",
+    120: "no_application_protocol",
 }
 
 KTLS = os.environ.get("TLSFRONT_EXPECT_KTLS") == "1"
@@ -192,20 +200,28 @@ def ext(typ, data):
     return struct.pack(">HH", typ, len(data)) + data
 
 
+SIGS = (0x0403, 0x0804, 0x0401, 0x0503, 0x0805, 0x0501)
+
+
 def client_hello(legacy=0x0303, suites=(0x1301, 0x1302, 0x1303, 0xC02B, 0xC02F),
-                 versions=(0x0304, 0x0303), reneg=b"", extra=b""):
+                 versions=(0x0304, 0x0303), reneg=b"", extra=b"", sigs=SIGS,
+                 share=None, alpn=()):
     """A ClientHello handshake message rustls accepts, unless told otherwise.
-    `versions` empty: no supported_versions (a TLS 1.2 client)."""
+    `versions` empty: no supported_versions (a TLS 1.2 client). `share`:
+    the X25519 public key to offer (random bytes if None). `alpn`: the
+    protocols to offer, if any."""
     name = b"localhost"
     exts = ext(0, struct.pack(">HBH", len(name) + 3, 0, len(name)) + name)
     exts += ext(10, struct.pack(">H", 4) + struct.pack(">HH", 0x001D, 0x0017))  # groups
     exts += ext(11, b"\x01\x00")  # ec_point_formats
-    sigs = (0x0403, 0x0804, 0x0401, 0x0503, 0x0805, 0x0501)
     exts += ext(13, struct.pack(">H", 2 * len(sigs)) + b"".join(struct.pack(">H", s) for s in sigs))
     exts += ext(23, b"")  # extended_master_secret
+    if alpn:
+        names = b"".join(bytes([len(a)]) + a for a in alpn)
+        exts += ext(16, struct.pack(">H", len(names)) + names)
     if versions:
         exts += ext(43, bytes([2 * len(versions)]) + b"".join(struct.pack(">H", v) for v in versions))
-        share = struct.pack(">HH", 0x001D, 32) + os.urandom(32)
+        share = struct.pack(">HH", 0x001D, 32) + (share or os.urandom(32))
         exts += ext(51, struct.pack(">H", len(share)) + share)  # key_share
     if reneg is not None:
         exts += ext(0xFF01, bytes([len(reneg)]) + reneg)
@@ -254,6 +270,155 @@ def expect_plain_alert(port, data, want):
     alerts = [p for ct, p in recs if ct == ALERT]
     assert recs and recs[-1][0] == ALERT and alerts[-1] == bytes([2, want]), (
         f"want fatal {alert_name(want)}, got records {[(ct, p[:8].hex()) for ct, p in recs]}")
+
+
+# ---- Clients by hand, past the ServerHello ---------------------------------------
+
+class Records:
+    """The server's records, read whole from a socket, until it closes."""
+
+    def __init__(self, sock):
+        self.sock, self.buf = sock, b""
+
+    def next(self):
+        """(content type, payload, header), or None at the end."""
+        while len(self.buf) < 5 or len(self.buf) < 5 + struct.unpack(">H", self.buf[3:5])[0]:
+            try:
+                b = self.sock.recv(65536)
+            except ConnectionResetError:
+                b = b""
+            if not b:
+                return None
+            self.buf += b
+        n = struct.unpack(">H", self.buf[3:5])[0]
+        header, payload, self.buf = self.buf[:5], self.buf[5:5 + n], self.buf[5 + n:]
+        return header[0], payload, header
+
+
+def handshake_messages(stream):
+    """Split a handshake byte stream: (whole messages, the rest)."""
+    msgs = []
+    while len(stream) >= 4 and len(stream) >= 4 + int.from_bytes(stream[1:4], "big"):
+        n = 4 + int.from_bytes(stream[1:4], "big")
+        msgs.append(stream[:n])
+        stream = stream[n:]
+    return msgs, stream
+
+
+def hkdf_extract(salt, ikm):
+    return hmac.new(salt, ikm, hashlib.sha256).digest()
+
+
+def expand_label(secret, label, context, length):
+    """HKDF-Expand-Label with SHA-256 (RFC 8446 §7.1)."""
+    label = b"tls13 " + label
+    info = struct.pack(">H", length) + bytes([len(label)]) + label + bytes([len(context)]) + context
+    out, block, i = b"", b"", 1
+    while len(out) < length:
+        block = hmac.new(secret, block + info + bytes([i]), hashlib.sha256).digest()
+        out, i = out + block, i + 1
+    return out[:length]
+
+
+class Keys:
+    """One direction's TLS_AES_128_GCM_SHA256 keys and sequence number."""
+
+    def __init__(self, secret):
+        self.aead = createAESGCM(bytearray(expand_label(secret, b"key", b"", 16)))
+        self.iv = expand_label(secret, b"iv", b"", 12)
+        self.seq = 0
+
+    def open(self, header, payload):
+        nonce = bytes(a ^ b for a, b in zip(self.iv, self.seq.to_bytes(12, "big")))
+        self.seq += 1
+        plain = self.aead.open(bytearray(nonce), bytearray(payload), bytearray(header))
+        assert plain is not None, "a server record did not decrypt"
+        plain = bytes(plain).rstrip(b"\0")
+        return plain[-1], plain[:-1]
+
+
+def tls13_exchange(port, then=None, **hello):
+    """A TLS 1.3 ClientHello built by hand (TLS_AES_128_GCM_SHA256 and
+    X25519 only; `hello` as for client_hello), and what the server answers,
+    decrypted: [(content type, payload, encrypted)] until it closes.
+    `then`: bytes to send once the server's Finished has been read."""
+    priv = bytearray(os.urandom(32))
+    pub = bytes(x25519(priv, bytearray([9] + [0] * 31)))
+    ch = client_hello(suites=(0x1301,), share=pub, **hello)
+    got, transcript, stream, keys, hs = [], ch, b"", None, None
+    with socket.create_connection(("127.0.0.1", port), timeout=SAFETY) as s:
+        s.sendall(record(HANDSHAKE, ch))
+        recs = Records(s)
+        while (r := recs.next()) is not None:
+            ct, payload, header = r
+            encrypted = ct == APPDATA and keys is not None
+            if encrypted:
+                ct, payload = keys.open(header, payload)
+            got.append((ct, payload, encrypted))
+            if ct != HANDSHAKE:
+                continue
+            msgs, stream = handshake_messages(stream + payload)
+            for m in msgs:
+                transcript += m
+                if m[0] == 2:  # ServerHello: its key share gives the handshake keys
+                    body = m[4:]
+                    at = 2 + 32 + 1 + body[34] + 3 + 2
+                    while at < len(body):
+                        typ, n = struct.unpack(">HH", body[at:at + 4])
+                        if typ == 51:
+                            shared = bytes(x25519(priv, bytearray(body[at + 8:at + 8 + 32])))
+                        at += 4 + n
+                    early = hkdf_extract(b"\0" * 32, b"\0" * 32)
+                    empty = hashlib.sha256(b"").digest()
+                    hs = hkdf_extract(expand_label(early, b"derived", empty, 32), shared)
+                    th = hashlib.sha256(transcript).digest()
+                    keys = Keys(expand_label(hs, b"s hs traffic", th, 32))
+                elif m[0] == 20:  # the server's Finished: its application keys
+                    empty = hashlib.sha256(b"").digest()
+                    master = hkdf_extract(expand_label(hs, b"derived", empty, 32), b"\0" * 32)
+                    th = hashlib.sha256(transcript).digest()
+                    keys = Keys(expand_label(master, b"s ap traffic", th, 32))
+                    if then is not None:
+                        s.sendall(then)
+    return got
+
+
+def tls12_exchange(port, then, **hello):
+    """A TLS 1.2 ClientHello built by hand; once the server's flight has
+    come (ServerHelloDone), send `then`. What the server sent, until it
+    closes: [(content type, payload)]."""
+    got, stream = [], b""
+    with socket.create_connection(("127.0.0.1", port), timeout=SAFETY) as s:
+        s.sendall(record(HANDSHAKE, client_hello(versions=(), suites=(0xC02B, 0xC02F), **hello)))
+        recs = Records(s)
+        while (r := recs.next()) is not None:
+            got.append(r[:2])
+            if r[0] == HANDSHAKE:
+                msgs, stream = handshake_messages(stream + r[1])
+                if any(m[0] == 14 for m in msgs):
+                    s.sendall(then)
+    return got
+
+
+def expect_last_alert(got, want, encrypted=None):
+    """The last record the server sent is fatal alert `want`."""
+    shown = [(ct, p[:6].hex()) for ct, p, *_ in got]
+    assert got and got[-1][0] == ALERT and got[-1][1] == bytes([2, want]), (
+        f"want fatal {alert_name(want)} last, got {shown}")
+    if encrypted is not None:
+        assert got[-1][2] == encrypted, f"the alert's encryption is not as expected: {shown}"
+
+
+def flight_fails(want, **hello):
+    """A TLS 1.3 ClientHello the server can answer only with its
+    ServerHello before it finds it cannot go on (its certificate cannot
+    sign with any scheme offered, no protocol offered is one it speaks):
+    the ServerHello, then the alert, encrypted under the handshake keys."""
+    def case(srv):
+        got = tls13_exchange(srv.port, **hello)
+        assert got and got[0][0] == HANDSHAKE and got[0][1][0] == 2, f"want a ServerHello first: {got[:1]}"
+        expect_last_alert(got, want, encrypted=True)
+    return case
 
 
 # ---- Cases before the handshake's keys -------------------------------------------
@@ -328,7 +493,42 @@ def case_trickled_hello(srv):
                     pass
                 break
     assert sent < len(pieces), f"all {len(pieces)} pieces were taken"
-    assert not got.startswith(bytes([HANDSHAKE])), f"the handshake went on: {got[:16].hex()}"
+    # Pieces are legal (RFC 8446 §5.1), so many are not: refused as
+    # BoringSSL and OpenSSL refuse too many of a legal thing.
+    assert got == record(ALERT, bytes([2, UNEXPECTED_MESSAGE]), b"\x03\x03"), (
+        f"want fatal {alert_name(UNEXPECTED_MESSAGE)} alone, got {got[:16].hex()}")
+
+
+def case_hello_record_over_2_14(srv):
+    # RFC 8446 §5.1: a plaintext record carries at most 2^14 bytes; one
+    # whole ClientHello in a record of 17 000.
+    msg = client_hello(extra=ext(21, b"\x00" * 17000))
+    expect_plain_alert(srv.port, record(HANDSHAKE, msg), RECORD_OVERFLOW)
+
+
+def case_hello_record_header_over_2_14(srv):
+    # The header alone tells: no need to wait for its 2^14 + 1 bytes.
+    msg = client_hello()
+    data = record(HANDSHAKE, msg[:100]) + bytes([HANDSHAKE, 3, 1, 0x40, 0x01]) + msg[100:]
+    expect_plain_alert(srv.port, data, RECORD_OVERFLOW)
+
+
+def oversized_after_flight(version):
+    """A record header no record can have (2^16 - 1 bytes) where the
+    client's second flight should come: with kTLS to follow the server
+    reads record by record there, and must answer as when it reads what
+    has arrived (rustls' decode_error, encrypted in TLS 1.3, RFC 8446 §5.2
+    would have record_overflow: see docs/upstream-rustls.md)."""
+    def case(srv):
+        if version == (3, 4):
+            got = tls13_exchange(srv.port, then=record(APPDATA, b"", b"\x03\x03")[:3] + b"\xff\xff")
+            # Under the server's application keys (which tls13_exchange
+            # takes up at its Finished), or it would not decrypt.
+            expect_last_alert(got, DECODE_ERROR, encrypted=True)
+        else:
+            got = tls12_exchange(srv.port, then=bytes([HANDSHAKE, 3, 3, 0xff, 0xff]))
+            expect_last_alert([(ct, p, False) for ct, p in got], DECODE_ERROR, encrypted=False)
+    return case
 
 
 def case_fallback_scsv_tls12(srv):
@@ -429,11 +629,170 @@ def oversized(version):
         # only when it is read and does not wake a reader for this one: the
         # server hears of it with the next event on the socket, here the
         # FIN, and must answer then. (6.1 reports it at once.)
-        s.shutdown(socket.SHUT_WR)
+        try:
+            s.shutdown(socket.SHUT_WR)
+        except OSError:
+            # 6.1 reported it at once: the server has answered and closed
+            # (a reset, with the record's body unread) before our FIN.
+            pass
         expect_tls_alert(c, RECORD_OVERFLOW)
         if KTLS:
             assert tls_stat("TlsRxSw") > offloaded, "the kernel did not take the connection"
     return case
+
+
+def expect_close_notify(c):
+    """The server closes properly: close_notify, no alert before it."""
+    try:
+        while True:
+            b = c.read()
+            if not b:
+                return
+    except TLSRemoteAlert as e:
+        raise AssertionError(f"want close_notify, got {alert_name(e.description)}")
+    except TLSAbruptCloseError:
+        raise AssertionError("want close_notify, got a bare close")
+    finally:
+        c.sock.close()
+
+
+def expect_bare_close(c):
+    """The server closes without a word (where rustls queues no alert)."""
+    try:
+        while True:
+            b = c.read()
+            assert b, "want a bare close, got close_notify"
+    except TLSRemoteAlert as e:
+        raise AssertionError(f"want a bare close, got {alert_name(e.description)}")
+    except TLSAbruptCloseError:
+        pass
+    finally:
+        c.sock.close()
+
+
+def raw_send(c, ct, data):
+    """One record of type `ct` holding `data` as it is, under tlslite's
+    keys, past its checks (an empty handshake record, half a message)."""
+    for _ in c._recordLayer.sendRecord(Message(ct, bytearray(data))):
+        pass
+
+
+def exchange(srv, c):
+    """One request (serve) or echo (proxy) over `c`, answered."""
+    if srv.mode == "serve":
+        c.write(b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        want = b"HTTP/1.1 200 "
+    else:
+        want = b"still here"
+        c.write(want)
+    got = b""
+    while len(got) < len(want):
+        b = c.read()
+        assert b, f"closed after {got!r}"
+        got += b
+    assert got.startswith(want), f"want {want!r}, got {got[:60]!r}"
+
+
+REKEY = {}
+
+
+def ktls_rekey(srv):
+    """Can this kernel take a TLS 1.3 KeyUpdate (tlsfront check)?"""
+    if srv.binary not in REKEY:
+        out = subprocess.run([srv.binary, "check"], capture_output=True, text=True).stdout
+        REKEY[srv.binary] = "rekey (KeyUpdate):    yes" in out
+    return REKEY[srv.binary]
+
+
+def keyupdate_then_corrupted(srv):
+    """A KeyUpdate asking for ours and a corrupted record in one segment:
+    the KeyUpdate answered, then bad_record_mac under the new key (the
+    answer once went out alone and the alert was lost). A kernel that
+    cannot rekey ends the connection at the KeyUpdate with close_notify."""
+    s, c = handshaken(srv, (3, 4))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+    for _ in c.send_keyupdate_request(KeyUpdateMessageType.update_requested):
+        pass
+    s.sendall(record(APPDATA, os.urandom(64), b"\x03\x03"))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+    if KTLS and not ktls_rekey(srv):
+        expect_close_notify(c)
+    else:
+        expect_tls_alert(c, BAD_RECORD_MAC)
+
+
+def split_keyupdate(srv):
+    """A KeyUpdate in two records (RFC 8446 §5.1 allows it): taken whole,
+    and the connection goes on under the new key. With kTLS it ends with
+    close_notify: a kernel that rekeys takes the first piece for the whole
+    message and reads nothing more until new keys come, and the rest is
+    under the old key; one that cannot rekey ends at the KeyUpdate."""
+    s, c = handshaken(srv, (3, 4))
+    try:
+        raw_send(c, HANDSHAKE, b"\x18\x00")
+        raw_send(c, HANDSHAKE, b"\x00\x01\x00")  # update_not_requested
+        ss = c.session
+        ss.cl_app_secret, ss.sr_app_secret = c._recordLayer.calcTLS1_3KeyUpdate_reciever(
+            ss.cipherSuite, ss.cl_app_secret, ss.sr_app_secret)
+        if KTLS:
+            expect_close_notify(c)
+        else:
+            exchange(srv, c)
+    finally:
+        s.close()
+
+
+def split_renegotiation(srv):
+    """TLS 1.2: a renegotiating ClientHello in two records is refused with a
+    warning, no_renegotiation, as a whole one is (kTLS once refused the
+    split one as malformed)."""
+    s, c = handshaken(srv, (3, 3))
+    msg = client_hello(versions=(), suites=(0xC02B, 0xC02F))
+    raw_send(c, HANDSHAKE, msg[:60])
+    raw_send(c, HANDSHAKE, msg[60:])
+    try:
+        while True:
+            assert c.read(), "closed without an answer"
+    except TLSRemoteAlert as e:
+        assert (e.level, e.description) == (1, NO_RENEGOTIATION), (
+            f"want warning no_renegotiation, got level {e.level} {alert_name(e.description)}")
+    finally:
+        s.close()
+
+
+def empty_handshake_record(version):
+    """An empty handshake record after the handshake (RFC 8446 §5.1: none
+    may be sent): decode_error with kTLS, as before the handshake; rustls
+    takes it as nothing (see docs/upstream-rustls.md)."""
+    def case(srv):
+        s, c = handshaken(srv, version)
+        try:
+            raw_send(c, HANDSHAKE, b"")
+            if KTLS:
+                expect_tls_alert(c, DECODE_ERROR)
+            else:
+                exchange(srv, c)
+        finally:
+            s.close()
+    return case
+
+
+def warning_alerts(srv):
+    """TLS 1.2 warning alerts: four are let pass, as rustls lets them; the
+    fifth ends the connection: with unexpected_message with kTLS, without
+    a word with rustls (see docs/upstream-rustls.md)."""
+    s, c = handshaken(srv, (3, 3))
+    try:
+        for _ in range(4):
+            raw_send(c, ALERT, bytes([1, USER_CANCELED]))
+        exchange(srv, c)
+        raw_send(c, ALERT, bytes([1, USER_CANCELED]))
+        if KTLS:
+            expect_tls_alert(c, UNEXPECTED_MESSAGE)
+        else:
+            expect_bare_close(c)
+    finally:
+        s.close()
 
 
 def bulk_records(n):
@@ -577,6 +936,31 @@ CASES = [
     ("oversized record after a TLS 1.3 handshake", oversized((3, 4))),
     ("oversized record after a TLS 1.2 handshake", oversized((3, 3))),
     ("padded records after a TLS 1.3 handshake", padded_records),
+    ("ClientHello record over 2^14 bytes", case_hello_record_over_2_14),
+    ("ClientHello record header over 2^14 bytes", case_hello_record_header_over_2_14),
+    ("TLS 1.3 offer of undefined signature schemes only",
+     flight_fails(HANDSHAKE_FAILURE, sigs=(0xFEFE, 0x0A0A))),
+    ("TLS 1.3 offer of PKCS#1 signature schemes only",
+     flight_fails(HANDSHAKE_FAILURE, sigs=(0x0401, 0x0501, 0x0601))),
+    ("TLS 1.3 offer of RSA-PSS-PSS schemes only",
+     flight_fails(HANDSHAKE_FAILURE, sigs=(0x0809, 0x080A, 0x080B))),
+    ("TLS 1.3 offer of ECDSA P-384 only", flight_fails(HANDSHAKE_FAILURE, sigs=(0x0503,))),
+    ("oversized record header after a TLS 1.3 server flight", oversized_after_flight((3, 4))),
+    ("oversized record header after a TLS 1.2 server flight", oversized_after_flight((3, 3))),
+    ("KeyUpdate and a corrupted record in one segment", keyupdate_then_corrupted),
+    ("KeyUpdate split across records", split_keyupdate),
+    ("renegotiating ClientHello split across records", split_renegotiation),
+    ("empty handshake record after a TLS 1.3 handshake", empty_handshake_record((3, 4))),
+    ("empty handshake record after a TLS 1.2 handshake", empty_handshake_record((3, 3))),
+    ("TLS 1.2 warning alerts past rustls' allowance", warning_alerts),
+]
+
+# serve's: it speaks http/1.1 only (the proxy offers no ALPN and takes any).
+SERVE_CASES = [
+    ("TLS 1.3 offer of h2 only", flight_fails(NO_APPLICATION_PROTOCOL, alpn=(b"h2",))),
+    ("TLS 1.3 offer of acme-tls/1 only", flight_fails(NO_APPLICATION_PROTOCOL, alpn=(b"acme-tls/1",))),
+    ("TLS 1.3 offer of an unknown protocol only",
+     flight_fails(NO_APPLICATION_PROTOCOL, alpn=(b"x-none",))),
 ]
 
 # The proxy's: records it relays to a backend.
@@ -601,7 +985,8 @@ def main():
         for kind in ("ecdsa", "rsa"):
             with tempfile.TemporaryDirectory() as tmp:
                 srv = Server(binary, mode, kind, tmp)
-                for title, case in CASES + (PROXY_CASES if mode == "proxy" else []):
+                extra = PROXY_CASES if mode == "proxy" else SERVE_CASES
+                for title, case in CASES + extra:
                     name = f"{srv.name()}: {title}"
                     try:
                         case(srv)
