@@ -82,7 +82,7 @@ for _ in $(seq 50); do grep -q READY=1 "$dir/notified" && break; sleep 0.1; done
 check "systemd hears READY=1" grep -qx READY=1 "$dir/notified"
 # Wait (up to 60 s) until a command succeeds.
 await() { local _; for _ in $(seq 600); do "$@" && return 0; sleep 0.1; done; return 1; }
-await grep -q "^parent process " "$dir/log"
+await grep -q "^parent process " "$dir/log" || true
 server=$(sed -n 's/^parent process .* server process \([0-9]*\) as user .*/\1/p' "$dir/log" | tail -n1)
 check "the parent stays root" test "$(ps -o user= -p "$pid")" = root
 check "its server process runs as www-data" test "$(ps -o user= -p "${server:-0}")" = www-data
@@ -91,7 +91,7 @@ get() { curl -sS --max-time 30 --cacert "$dir/state/tlsfront/cert.pem" "https://
 check "it serves /var/www/html over HTTPS" test "$(get)" = "packaged hello"
 # The packaged config logs to /var/log/tlsfront/access.log, which the parent
 # opens as root: the file is root's, never www-data's.
-await grep -q tlsfront-package-test /var/log/tlsfront/access.log
+await grep -q tlsfront-package-test /var/log/tlsfront/access.log || true
 check "the request is in /var/log/tlsfront/access.log" grep -q '"GET /tlsfront-package-test.txt HTTP/1.1" 200 15' /var/log/tlsfront/access.log
 check "the access log belongs to root" test "$(stat -c %U /var/log/tlsfront/access.log)" = root
 check "the logrotate snippet is installed" test -f /etc/logrotate.d/tlsfront
@@ -104,7 +104,7 @@ check "logrotate rotated the access log" test -s /var/log/tlsfront/access.log.1 
 check "logrotate's new file is root adm 0640" test "$(stat -c '%U %G %a' /var/log/tlsfront/access.log)" = "root adm 640"
 check "the postrotate signal goes to the main process only" grep -q -- "--kill-whom=main" /etc/logrotate.d/tlsfront
 kill -USR1 "$pid"
-await grep -q "SIGUSR1: reopened" "$dir/log"
+await grep -q "SIGUSR1: reopened" "$dir/log" || true
 check "SIGUSR1 reopens the access log through the parent" grep -q "SIGUSR1: reopened 1 access log file(s), 0 failed" "$dir/log"
 get >/dev/null
 check "the next request goes to the new file" await grep -q tlsfront-package-test /var/log/tlsfront/access.log
@@ -135,7 +135,7 @@ cp /etc/tlsfront/tlsfront.toml "$dir/packaged.toml"
 } >/etc/tlsfront/tlsfront.toml
 reloads=$(grep -c "^reloaded " "$dir/log" || true)
 check "systemctl reload with root-only keys succeeds" reload
-await test "$(grep -c "^reloaded " "$dir/log")" -gt "$reloads"
+await test "$(grep -c "^reloaded " "$dir/log")" -gt "$reloads" || true
 check "the reload loads the root-only key and ticket key" test "$(grep -c "^reloaded " "$dir/log")" -gt "$reloads"
 check "systemd hears RELOADING=1, then READY=1 again" \
   await test "$(grep -c '^RELOADING=1' "$dir/notified")" -eq 1 -a "$(grep -c '^READY=1' "$dir/notified")" -eq 2
@@ -157,7 +157,7 @@ check "it still serves after the refused reload" test "$(get)" = "packaged hello
 # the same sockets, with its own server process as www-data, and takes the
 # service (MAINPID=); the old one drains and exits 0.
 kill -USR2 "$pid"
-await grep -q "^upgraded: new process " "$dir/log"
+await grep -q "^upgraded: new process " "$dir/log" || true
 new=$(sed -n 's/^upgraded: new process \([0-9]*\) .*/\1/p' "$dir/log" | tail -n1)
 check "SIGUSR2 upgrades with the packaged config (user = www-data)" test -n "$new"
 check "systemd hears MAINPID= of the new process" await grep -qx "MAINPID=${new:-x}" "$dir/notified"
