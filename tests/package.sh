@@ -87,7 +87,8 @@ server=$(sed -n 's/^parent process .* server process \([0-9]*\) as user .*/\1/p'
 check "the parent stays root" test "$(ps -o user= -p "$pid")" = root
 check "its server process runs as www-data" test "$(ps -o user= -p "${server:-0}")" = www-data
 check "it says the server process runs as www-data" grep -q "running as user www-data" "$dir/log"
-get() { curl -sS --max-time 30 --cacert "$dir/state/tlsfront/cert.pem" "https://127.0.0.1:$port/tlsfront-package-test.txt" 2>&1 || true; }
+ca=$dir/state/tlsfront/cert.pem
+get() { curl -sS --max-time 30 --cacert "$ca" "https://127.0.0.1:$port/tlsfront-package-test.txt" 2>&1 || true; }
 check "it serves /var/www/html over HTTPS" test "$(get)" = "packaged hello"
 # The packaged config logs to /var/log/tlsfront/access.log, which the parent
 # opens as root: the file is root's, never www-data's.
@@ -142,6 +143,7 @@ check "systemd hears RELOADING=1, then READY=1 again" \
 served=$(openssl s_client -connect "127.0.0.1:$port" -servername localhost </dev/null 2>/dev/null |
   openssl x509 -noout -fingerprint -sha256 2>/dev/null)
 check "it serves the new certificate" test "$served" = "$(openssl x509 -noout -fingerprint -sha256 -in /etc/tlsfront/package-test.pem)"
+ca=/etc/tlsfront/package-test.pem
 # A config that would be refused: systemctl reload fails and says why, and
 # nothing changes.
 cp /etc/tlsfront/tlsfront.toml "$dir/good.toml"
