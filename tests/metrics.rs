@@ -13,6 +13,8 @@ use common::{s_client, tool, Server, Step};
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A loopback port nothing listens on now.
@@ -92,9 +94,11 @@ fn session(port: u16, name: &str, out: Option<&Path>, resume: Option<&Path>) -> 
         args.extend(["-sess_in".into(), p.display().to_string()]);
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // A ticket comes after the handshake: wait for it. Whether a session
+    // was resumed is printed with the handshake, before stdin is read.
     let steps = match out {
         Some(p) => vec![Step::WaitForFile(p)],
-        None => vec![Step::Sleep(300)],
+        None => vec![],
     };
     let (stdout, stderr, _) = s_client(port, &args, &steps, Duration::from_secs(20));
     assert!(
@@ -170,9 +174,10 @@ impl Prometheus {
         )
     }
 
-    /// Query until `ok` holds for the samples (up to 30 s); the samples.
+    /// Query until `ok` holds for the samples (fails after
+    /// [`common::WAIT`]); the samples.
     fn wait(&self, expr: &str, ok: impl Fn(&[(serde_json::Value, f64)]) -> bool) -> Vec<f64> {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + common::WAIT;
         loop {
             let r = self.query(expr);
             if let Some(r) = r.as_deref().filter(|r| ok(r)) {
@@ -180,7 +185,8 @@ impl Prometheus {
             }
             assert!(
                 Instant::now() < deadline,
-                "Prometheus: {expr} gave {r:?} after 30 s ({})",
+                "Prometheus: {expr} gave {r:?} after {:?} ({})",
+                common::WAIT,
                 std::fs::read_to_string(self._dir.path().join("prometheus.log"))
                     .unwrap_or_default()
                     .lines()
@@ -330,35 +336,51 @@ fn healthz_turns_503_while_draining() {
     let addr = admin_addr(&server);
     assert_eq!(admin(&addr, "GET", "/healthz").0, "200");
     // A connection that has not sent its request yet holds the drain open
-    // (its first request is still answered).
+    // (its first request is still answered): it sends it once the test
+    // has seen the 503.
     let port = server.port;
-    let holder = std::thread::spawn(move || {
-        s_client(
-            port,
-            &["-servername", "files.test"],
-            &[
-                Step::WaitFor("Verify return code"),
-                Step::Sleep(2500),
-                Step::Send(
-                    b"GET /id.txt HTTP/1.1\r\nHost: files.test\r\nConnection: close\r\n\r\n",
-                ),
-                Step::WaitFor("files"),
-            ],
-            Duration::from_secs(20),
-        )
+    let connected = Arc::new(AtomicBool::new(false));
+    let checked = Arc::new(AtomicBool::new(false));
+    let holder = {
+        let (connected, checked) = (connected.clone(), checked.clone());
+        std::thread::spawn(move || {
+            s_client(
+                port,
+                &["-servername", "files.test"],
+                &[
+                    Step::WaitFor("Verify return code"),
+                    Step::Set(&connected),
+                    Step::Await(&checked),
+                    Step::Send(
+                        b"GET /id.txt HTTP/1.1\r\nHost: files.test\r\nConnection: close\r\n\r\n",
+                    ),
+                    Step::WaitFor("files"),
+                ],
+                Duration::from_secs(20),
+            )
+        })
+    };
+    common::wait_until(common::WAIT, "the holding connection's handshake", || {
+        if connected.load(SeqCst) {
+            Ok(())
+        } else {
+            Err("no handshake yet".into())
+        }
     });
-    std::thread::sleep(Duration::from_millis(800));
     server.signal(rustix::process::Signal::TERM);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut seen = admin(&addr, "GET", "/healthz");
-    while seen.0 != "503" && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-        seen = admin(&addr, "GET", "/healthz");
-    }
+    let seen = common::wait_until(
+        common::WAIT,
+        "/healthz to say 503 while draining",
+        || match admin(&addr, "GET", "/healthz") {
+            seen if seen.0 == "503" => Ok(seen),
+            seen => Err(format!("{seen:?}")),
+        },
+    );
+    checked.store(true, SeqCst);
     assert_eq!(seen, ("503".into(), "draining".into()));
     let (out, _, _) = holder.join().unwrap();
     assert!(out.contains("HTTP/1.1 200"), "{out}");
-    assert!(server.wait_exit(Duration::from_secs(20)).is_some());
+    assert!(server.wait_exit(common::WAIT).is_some());
 }
 
 #[test]
@@ -418,18 +440,19 @@ fn an_upgrade_hands_the_admin_address_on() {
         out.contains(&format!("metrics on http://{addr}/metrics")),
         "{out}"
     );
-    assert!(server.wait_exit(Duration::from_secs(20)).is_some());
+    assert!(server.wait_exit(common::WAIT).is_some());
     assert_eq!(admin(&addr, "GET", "/healthz"), ("200".into(), "ok".into()));
     let (status, text) = admin(&addr, "GET", "/metrics");
     assert_eq!(status, "200");
     assert!(text.contains("tlsfront_build_info{"), "{text}");
     let pid = rustix::process::Pid::from_raw(new as i32).unwrap();
     let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + common::WAIT;
     while alive(new) {
         assert!(
             Instant::now() < deadline,
-            "process {new} did not stop within 30 s"
+            "process {new} did not stop within {:?}",
+            common::WAIT
         );
         std::thread::sleep(Duration::from_millis(20));
     }
