@@ -60,7 +60,9 @@ for _ in range(4):
     print(s.recv(256).decode().strip(), flush=True)
 PY
 listener=$!
-for _ in $(seq 50); do [[ -S $dir/notify ]] && break; sleep 0.1; done
+# Each wait below polls for its event; 600 x 0.1 s is only a safety net
+# for a loaded machine (the check after it fails if the event never came).
+for _ in $(seq 600); do [[ -S $dir/notify ]] && break; sleep 0.1; done
 # As systemd's own notify socket: reachable after the switch to www-data.
 chmod 755 "$dir"
 chmod 666 "$dir/notify"
@@ -70,18 +72,18 @@ env "$env_line" XDG_DATA_HOME="$dir/state" NOTIFY_SOCKET="$dir/notify" \
 pid=$!
 port=$(tlsfront_port "$dir/log")
 check "the installed tlsfront starts with the packaged config" test -n "$port"
-for _ in $(seq 50); do grep -q READY=1 "$dir/notified" && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q READY=1 "$dir/notified" && break; sleep 0.1; done
 check "systemd hears READY=1" grep -qx READY=1 "$dir/notified"
 check "it runs as www-data" grep -q "running as user www-data" "$dir/log"
 body=$(curl -sS --cacert "$dir/state/tlsfront/cert.pem" "https://127.0.0.1:$port/tlsfront-package-test.txt" 2>&1 || true)
 check "it serves /var/www/html over HTTPS" test "$body" = "packaged hello"
 # The packaged config logs to /var/log/tlsfront/access.log; logrotate's
 # postrotate signal (SIGUSR1) reopens it as www-data.
-for _ in $(seq 30); do grep -q tlsfront-package-test /var/log/tlsfront/access.log 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q tlsfront-package-test /var/log/tlsfront/access.log 2>/dev/null && break; sleep 0.1; done
 check "the request is in /var/log/tlsfront/access.log" grep -q '"GET /tlsfront-package-test.txt HTTP/1.1" 200 15' /var/log/tlsfront/access.log
 check "the logrotate snippet is installed" test -f /etc/logrotate.d/tlsfront
 kill -USR1 "$pid"
-for _ in $(seq 30); do grep -q "SIGUSR1: reopened" "$dir/log" && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q "SIGUSR1: reopened" "$dir/log" && break; sleep 0.1; done
 check "SIGUSR1 as www-data reopens the access log" grep -q "SIGUSR1: reopened 1 access log file(s), 0 failed" "$dir/log"
 check "tlsfront config check accepts the packaged config" \
   quiet tlsfront config check /etc/tlsfront/tlsfront.toml
@@ -90,7 +92,7 @@ check "tlsfront config check accepts the packaged config" \
 exec_reload=$(sed -n 's/^ExecReload=//p' /usr/lib/systemd/system/tlsfront.service)
 # shellcheck disable=SC2086  # ExecReload's words
 ${exec_reload//\$MAINPID/$pid}
-for _ in $(seq 50); do [[ $(grep -c READY=1 "$dir/notified") -ge 2 ]] && break; sleep 0.1; done
+for _ in $(seq 600); do [[ $(grep -c READY=1 "$dir/notified") -ge 2 ]] && break; sleep 0.1; done
 check "systemctl reload: systemd hears RELOADING=1, then READY=1 again" \
   test "$(grep -c '^RELOADING=1' "$dir/notified")" -eq 1 -a "$(grep -c '^READY=1' "$dir/notified")" -eq 2
 check "the reload as www-data loads the config and the root-only key" grep -q "^reloaded " "$dir/log"
