@@ -23,9 +23,10 @@ fn lines(path: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Wait (up to 10 s) until `path` holds at least `n` lines; its lines then.
+/// Wait until `path` holds at least `n` lines (at most [`common::WAIT`]:
+/// the callers check the count); its lines then.
 fn wait_lines(path: &Path, n: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + common::WAIT;
     loop {
         let l = lines(path);
         if l.len() >= n || Instant::now() > deadline {
@@ -272,7 +273,7 @@ fn sigterm_right_after_the_requests_loses_no_line() {
     assert_eq!(ok, N);
     // At once: the lines are still in the workers' buffers.
     server.signal(Signal::TERM);
-    let exit = server.wait_exit(Duration::from_secs(30));
+    let exit = server.wait_exit(common::WAIT);
     assert!(exit.is_some_and(|s| s.success()), "{exit:?}");
     assert_eq!(lines(&log).len(), N);
 }
@@ -328,6 +329,8 @@ fn logrotate_while_requests_run_loses_no_line() {
     }
     let mut rotations = 0;
     for _ in 0..4 {
+        // The scenario, not a wait: let the clients' requests run a while
+        // between rotations.
         std::thread::sleep(Duration::from_millis(700));
         // The file exists once the first lines were written.
         wait_lines(&log, 1);
@@ -358,7 +361,7 @@ fn logrotate_while_requests_run_loses_no_line() {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let got: usize = clients.into_iter().map(|c| c.join().unwrap()).sum();
     server.signal(Signal::TERM);
-    let exit = server.wait_exit(Duration::from_secs(30));
+    let exit = server.wait_exit(common::WAIT);
     assert!(exit.is_some_and(|s| s.success()), "{exit:?}");
 
     let mut total = lines(&log).len();
@@ -386,11 +389,12 @@ fn new_pid(output: &str) -> Option<u32> {
         .and_then(|r| r.split_whitespace().next()?.parse().ok())
 }
 
-/// Stop the new process of an upgrade (not our child) within 30 s.
+/// Stop the new process of an upgrade (not our child), within
+/// [`common::WAIT`].
 fn stop_pid(pid: u32) {
     let p = rustix::process::Pid::from_raw(pid as i32).unwrap();
     let _ = rustix::process::kill_process(p, Signal::TERM);
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + common::WAIT;
     let alive = || {
         std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
             s.rsplit_once(')')
@@ -400,7 +404,10 @@ fn stop_pid(pid: u32) {
     while alive() {
         if Instant::now() > deadline {
             let _ = rustix::process::kill_process(p, Signal::KILL);
-            panic!("process {pid} did not stop within 30 s of SIGTERM");
+            panic!(
+                "process {pid} did not stop within {:?} of SIGTERM",
+                common::WAIT
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -428,7 +435,7 @@ fn an_upgrade_loses_no_line() {
     server.signal(Signal::USR2);
     let out = server.wait_for_output("upgraded: new process", 1);
     let new = new_pid(&out).unwrap_or_else(|| panic!("no upgrade announced: {out}"));
-    let exit = server.wait_exit(Duration::from_secs(30));
+    let exit = server.wait_exit(common::WAIT);
     assert!(exit.is_some_and(|s| s.success()), "old process: {exit:?}");
     // The old process wrote its lines on its way out.
     assert_eq!(lines(&log).len(), before);

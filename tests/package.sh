@@ -68,7 +68,9 @@ while time.monotonic() < end:
         break
 PY
 listener=$!
-for _ in $(seq 50); do [[ -S $dir/notify ]] && break; sleep 0.1; done
+# Each wait below polls for its event; 600 x 0.1 s is only a safety net
+# for a loaded machine (the check after it fails if the event never came).
+for _ in $(seq 600); do [[ -S $dir/notify ]] && break; sleep 0.1; done
 # As systemd's own notify socket: reachable after the switch to www-data.
 chmod 755 "$dir"
 chmod 666 "$dir/notify"
@@ -78,7 +80,7 @@ env "$env_line" XDG_DATA_HOME="$dir/state" NOTIFY_SOCKET="$dir/notify" \
 pid=$!
 port=$(tlsfront_port "$dir/log")
 check "the installed tlsfront starts with the packaged config" test -n "$port"
-for _ in $(seq 50); do grep -q READY=1 "$dir/notified" && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q READY=1 "$dir/notified" && break; sleep 0.1; done
 check "systemd hears READY=1" grep -qx READY=1 "$dir/notified"
 # Wait (up to 60 s) until a command succeeds.
 await() { local _; for _ in $(seq 600); do "$@" && return 0; sleep 0.1; done; return 1; }

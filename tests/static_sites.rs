@@ -472,7 +472,6 @@ fn eventually(limit: std::time::Duration, mut check: impl FnMut() -> bool) -> bo
 /// nothing open.
 #[test]
 fn kept_files_follow_a_deploy() {
-    use std::time::Duration;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::write(d.join("app.js"), "v1();\n").unwrap();
@@ -504,7 +503,7 @@ fn kept_files_follow_a_deploy() {
     std::fs::write(d.join("app.js"), "v4();\n".repeat(50)).unwrap();
     compress(&d.join("app.js"));
     assert!(
-        eventually(Duration::from_secs(10), || {
+        eventually(common::WAIT, || {
             get(&server, None, "/app.js", &["--compressed"]).has("content-encoding", "gzip")
         }),
         "the new sibling was never served"
@@ -516,7 +515,7 @@ fn kept_files_follow_a_deploy() {
     std::fs::remove_file(d.join("app.js")).unwrap();
     assert_eq!(server.status("/app.js", &[]), "404");
     assert!(
-        eventually(Duration::from_secs(10), || held(&server, d).is_empty()),
+        eventually(common::WAIT, || held(&server, d).is_empty()),
         "still held: {:?}",
         held(&server, d)
     );
