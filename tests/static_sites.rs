@@ -604,6 +604,36 @@ fn config_check_refuses_bad_headers_naming_line_and_fix() {
     );
 }
 
+/// As root, the server process runs as `nobody` (its parent stays root):
+/// the flags for that, and the directory `d` opened to that user.
+fn as_nobody(d: &Path) -> Vec<&'static str> {
+    use std::os::unix::fs::PermissionsExt;
+    if !rustix::process::geteuid().is_root() {
+        return Vec::new();
+    }
+    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    vec!["--user", "nobody"]
+}
+
+/// The process that serves: the server process when a parent runs it
+/// (`parented`: its line names it), else the one started.
+fn serving_pid(server: &Server, parented: bool) -> u32 {
+    if !parented {
+        return server.pid();
+    }
+    let out = server.wait_for_output("server process ", 1);
+    out.lines()
+        .find_map(|l| {
+            l.split("server process ")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no server process line: {out}"))
+}
+
 /// Point the symlink `link` at `to` the way deploy tools do (`ln -sfn`
 /// with a temporary name, then an atomic rename over the old link).
 fn switch_link(link: &Path, to: &str) {
@@ -631,7 +661,10 @@ fn a_symlinked_root_switched_by_a_deploy_is_served() {
     }
     let current = d.join("current");
     std::os::unix::fs::symlink("release-1", &current).unwrap();
-    let server = Server::start_in(&current, &["--workers", "2"]);
+    // The new release is opened by the server process, as its user.
+    let mut flags = vec!["--workers", "2"];
+    flags.extend(as_nobody(d));
+    let server = Server::start_in(&current, &flags);
     let body = |path: &str| {
         let g = get(&server, None, path, &[]);
         (g.status, String::from_utf8_lossy(&g.body).into_owned())
@@ -715,12 +748,14 @@ fn sites_sharing_a_root_share_one_descriptor() {
     std::fs::create_dir(&www).unwrap();
     std::fs::write(www.join("index.html"), "shared\n").unwrap();
     let config = many_sites(dir.path(), SITES, |_| "www".into());
-    let server = Server::run(&config, &[]);
+    let nobody = as_nobody(dir.path());
+    let server = Server::run(&config, &nobody);
+    let pid = serving_pid(&server, !nobody.is_empty());
     for name in ["s0.test", "s1999.test"] {
         let g = get(&server, Some(name), "/", &[]);
         assert_eq!((g.status, g.body.as_slice()), (200, &b"shared\n"[..]));
     }
-    let fds = fds_of(server.pid());
+    let fds = fds_of(pid);
     assert!(fds < SITES / 10, "{fds} descriptors for {SITES} sites");
     let roots = held(&server, &www).len();
     assert!(
@@ -733,7 +768,7 @@ fn sites_sharing_a_root_share_one_descriptor() {
     assert!(out.contains(&format!("{SITES} sites")), "{out}");
     let g = get(&server, Some("s7.test"), "/", &[]);
     assert_eq!(g.status, 200);
-    let after = fds_of(server.pid());
+    let after = fds_of(pid);
     assert!(
         after < SITES / 10,
         "{after} descriptors for {SITES} sites after a reload"
