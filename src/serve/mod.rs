@@ -86,8 +86,8 @@ impl StaticFiles {
         })
     }
 
-    /// The document root, as opened.
-    pub fn root_path(&self) -> &std::path::Path {
+    /// The directory the document root leads to now.
+    pub fn root_path(&self) -> std::path::PathBuf {
         self.root.path()
     }
 
@@ -568,22 +568,17 @@ async fn respond<T: Transport>(
 fn lookup(cx: &Ctx<'_>, req: &RequestHead, norm: &path::NormPath) -> Result<Lookup, FileError> {
     let cfg = &cx.files.cfg;
     let accept = req.accept_encoding.as_deref();
-    let found = cx.files.root.lookup_coded(norm, accept, &cfg.precompressed);
-    match (&found, &cfg.fallback) {
-        (Err(FileError::NotFound), Some(fb)) => {
-            match cx.files.root.lookup_coded(fb, accept, &cfg.precompressed) {
-                Ok(Lookup::File(f)) => {
-                    // Headers follow the file sent: a missing
-                    // `/assets/x.js` answered with `/index.html` must not
-                    // get the assets' `immutable`.
-                    cx.headers.store(cfg.headers.which(Some(fb)), Relaxed);
-                    Ok(Lookup::File(f))
-                }
-                _ => found,
-            }
-        }
-        _ => found,
+    // One look at the root for both: a request never mixes two releases.
+    let (found, fell_back) =
+        cx.files
+            .root
+            .lookup_or(norm, cfg.fallback.as_ref(), accept, &cfg.precompressed)?;
+    if let (true, Some(fb)) = (fell_back, &cfg.fallback) {
+        // Headers follow the file sent: a missing `/assets/x.js` answered
+        // with `/index.html` must not get the assets' `immutable`.
+        cx.headers.store(cfg.headers.which(Some(fb)), Relaxed);
     }
+    Ok(found)
 }
 
 /// Bodies up to this size are read into the head's buffer and written with

@@ -484,7 +484,7 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
         settings.limits.connections,
         workers,
         sites.fds_per_connection(),
-        FD_RESERVE + (cache as u64).saturating_mul(workers as u64),
+        FD_RESERVE + crate::files::open_roots() + (cache as u64).saturating_mul(workers as u64),
         fds,
     );
     let (
@@ -703,8 +703,9 @@ fn reload_sites(
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
 }
 
-/// Descriptors beside the connections: listeners, epoll, eventfds, the
-/// document root, standard streams.
+/// Descriptors beside the connections: listeners, epoll, eventfds,
+/// standard streams (the document roots' directories, one per distinct
+/// directory, are counted beside it).
 const FD_RESERVE: u64 = 64;
 
 /// Open connections per worker: the limit as set, or else as many as the
