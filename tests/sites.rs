@@ -5,7 +5,8 @@
 //! client's offer (openssl s_client), a refused unknown name, `tlsfront
 //! config check`, and reloads on SIGHUP (new certificates and sites seen at
 //! once, a broken config refused, sessions resumed across reloads, a
-//! download in flight finished intact).
+//! download in flight finished intact), and each request's Host against
+//! the SNI (421 for another site's name; without SNI the Host picks).
 
 mod common;
 
