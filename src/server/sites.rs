@@ -22,8 +22,12 @@ pub(crate) struct Sites {
     /// What they were built from (an ACME issuance rebuilds from it).
     pub settings: Settings,
     list: Vec<Arc<SiteRt>>,
-    /// Lower-case names (`*.example.com` for wildcards) → index in `list`.
+    /// Lower-case names → index in `list`.
     names: HashMap<String, usize>,
+    /// Wildcards, by the name under the `*.` (`example.com` for
+    /// `*.example.com`) → index in `list`: looked up per request without
+    /// building a string.
+    wildcards: HashMap<String, usize>,
     default: usize,
     reject_unknown: bool,
     /// Trusted sources of a PROXY header before TLS (`None`: none read).
@@ -88,6 +92,7 @@ impl Sites {
     ) -> Result<Sites, StartError> {
         let mut list = Vec::with_capacity(settings.sites.len());
         let mut names = HashMap::new();
+        let mut wildcards = HashMap::new();
         let mut ocsp_recheck: Option<SystemTime> = None;
         for (i, site) in settings.sites.iter().enumerate() {
             let (tls, acme, expiry) = if site.acme {
@@ -110,7 +115,10 @@ impl Sites {
                     }
                 })?;
             for n in &site.names {
-                names.insert(n.clone(), i);
+                match n.strip_prefix("*.") {
+                    Some(parent) => wildcards.insert(parent.to_string(), i),
+                    None => names.insert(n.clone(), i),
+                };
             }
             list.push(Arc::new(SiteRt {
                 settings: site.clone(),
@@ -130,6 +138,7 @@ impl Sites {
             settings: settings.clone(),
             list,
             names,
+            wildcards,
             default,
             reject_unknown: settings.unknown_names == UnknownNames::Reject,
             accept_proxy: settings.accept_proxy.clone(),
@@ -157,7 +166,7 @@ impl Sites {
         let i = self.names.get(name).or_else(|| {
             // One label up: a.b.example.com matches *.b.example.com only.
             let (_, parent) = name.split_once('.')?;
-            self.names.get(&format!("*.{parent}"))
+            self.wildcards.get(parent)
         })?;
         self.list.get(*i)
     }
