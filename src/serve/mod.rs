@@ -375,7 +375,7 @@ async fn request<T: Transport>(
         Route::Here => {}
         Route::Misdirected => misdirected = true,
         Route::There(site) => {
-            let info = crate::server::ConnInfo {
+            let info = ConnInfo {
                 site: site.label.clone(),
                 metrics: site
                     .metrics
