@@ -790,7 +790,8 @@ fn get_with_host(port: u16, ca: &Path, url_host: &str, host: Option<&str>) -> St
 /// dot in the SNI, which curl strips): another site's name gets 421, the
 /// site's own names (exact or under its wildcard) and names no site has are
 /// served; without SNI (an IP URL) the Host picks the static site, as in
-/// nginx. The 421s are in the access log and the response counters.
+/// nginx; a backend site's connection is relayed whatever its Host. The
+/// 421s are in the access log and the response counters.
 #[test]
 fn host_is_checked_against_sni_and_picks_the_site_without_sni() {
     let ca = Ca::new();
@@ -856,6 +857,8 @@ fn host_is_checked_against_sni_and_picks_the_site_without_sni() {
         ("a.test", Some("unknown.test"), "200 alpha"),
         ("a.test", Some("127.0.0.1"), "200 alpha"),
         ("a.test", Some("w.x.a.test"), "200 alpha"),
+        // A backend site's connection is the backend's: no check.
+        ("p.test", Some("b.test"), "200 p-backend"),
         // An SNI no site has: the default site, whose rules are the same.
         ("unknown.test", None, "200 default"),
         ("unknown.test", Some("b.test"), "421"),
