@@ -144,6 +144,22 @@ impl Origins {
         }
     }
 
+    /// As [`Origins::of`], with the line the file sets it on (`text`: the
+    /// file's text): `config file F, line N, setting [limits] headers`.
+    pub fn of_in(&self, key: &str, text: &str) -> String {
+        let (table, name) = match key.strip_prefix('[').and_then(|k| k.split_once("] ")) {
+            Some((t, k)) => (Some(t), k),
+            None => (None, key),
+        };
+        match (&self.file, self.flags.contains_key(key)) {
+            (Some(p), false) => match super::file::key_line(text, table, name) {
+                Some(line) => format!("config file {}, line {line}, setting {key}", p.display()),
+                None => self.of(key),
+            },
+            _ => self.of(key),
+        }
+    }
+
     pub fn flag(&mut self, key: &'static str, flag: &'static str) {
         self.flags.insert(key, flag);
     }
@@ -159,7 +175,7 @@ pub fn resolve(
     origins: &Origins,
     default_root: Option<&Path>,
 ) -> Result<Settings, ConfigError> {
-    let o = |k: &str| origins.of(k);
+    let o = |k: &str| origins.of_in(k, text);
     let mut listen = Vec::new();
     for l in &file.listen {
         let origin = match (&origins.file, origins.flags.contains_key("listen")) {
@@ -186,13 +202,24 @@ pub fn resolve(
                 _ => o("admin"),
             };
             let value = a.get_ref();
-            Some(value.parse().map_err(|_| ConfigError::Invalid {
-                origin,
+            let addr: SocketAddr = value.parse().map_err(|_| ConfigError::Invalid {
+                origin: origin.clone(),
                 message: format!(
                     "admin address {value:?} is not IP:PORT (example: 127.0.0.1:9101; keep it \
                      on loopback or a private network: it answers without TLS or a password)"
                 ),
-            })?)
+            })?;
+            if let Some(l) = listen.iter().find(|l| overlaps(addr, **l)) {
+                return Err(ConfigError::Invalid {
+                    origin,
+                    message: format!(
+                        "admin address {addr} is also a listen address ({l}): the admin \
+                         listener answers plain HTTP, the listen ones TLS; give it a port of \
+                         its own (e.g. 127.0.0.1:9101)"
+                    ),
+                });
+            }
+            Some(addr)
         }
         None => None,
     };
@@ -389,6 +416,16 @@ fn files_only_key(s: &SiteFile, default_headers: bool) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// Whether two addresses would take the same port: the same fixed port
+/// on the same address, or on the wildcard address of either's family
+/// (port 0 is a fresh port each time, so it never collides).
+fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && (a.ip() == b.ip()
+            || (a.is_ipv4() == b.is_ipv4() && (a.ip().is_unspecified() || b.ip().is_unspecified())))
 }
 
 fn sites_origin(sites: &[Site], i: usize) -> &str {
@@ -848,7 +885,7 @@ mod tests {
             ("listen = [\"nope\"]\nroot = \"/x\"\n", "line 1, setting listen"),
             (
                 "access_log = \"\"\nroot = \"/x\"\n",
-                "config file /etc/t.toml, setting access_log: an empty path",
+                "config file /etc/t.toml, line 1, setting access_log: an empty path",
             ),
             (
                 "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\naccess_log = \"\"\n",
@@ -864,7 +901,27 @@ mod tests {
             ),
             (
                 "root = \"/x\"\nopen_file_cache = 2000000\n",
-                "setting open_file_cache",
+                "config file /etc/t.toml, line 2, setting open_file_cache: 2000000 is out of range",
+            ),
+            (
+                "root = \"/x\"\n[limits]\nheaders = 0\n",
+                "config file /etc/t.toml, line 3, setting [limits] headers: 0 is out of range",
+            ),
+            (
+                "root = \"/x\"\n[timeouts]\nshutdown = 1e9\n",
+                "config file /etc/t.toml, line 3, setting [timeouts] shutdown: 1000000000 is out of range",
+            ),
+            (
+                "root = \"/x\"\nworkers = 5000\n",
+                "config file /etc/t.toml, line 2, setting workers: 5000 is out of range",
+            ),
+            (
+                "root = \"/x\"\nlisten = [\"127.0.0.1:8443\"]\nadmin = \"127.0.0.1:8443\"\n",
+                "config file /etc/t.toml, line 3, setting admin: admin address 127.0.0.1:8443 is also a listen address (127.0.0.1:8443)",
+            ),
+            (
+                "root = \"/x\"\nlisten = [\"0.0.0.0:443\"]\nadmin = \"127.0.0.1:443\"\n",
+                "setting admin: admin address 127.0.0.1:443 is also a listen address (0.0.0.0:443)",
             ),
         ] {
             let e = from_text(text).unwrap_err().to_string();
@@ -880,6 +937,18 @@ mod tests {
             "", ".", "a.*.b", "-a.b", "a b.c", "*", "*.com", "::1", "x.*",
         ] {
             assert!(check_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_admin_port_of_its_own_is_accepted() {
+        for (listen, admin) in [
+            ("127.0.0.1:8443", "127.0.0.1:9101"),
+            ("127.0.0.1:0", "127.0.0.1:0"),
+            ("[::1]:8443", "127.0.0.1:8443"),
+        ] {
+            let text = format!("root = \"/x\"\nlisten = [\"{listen}\"]\nadmin = \"{admin}\"\n");
+            assert!(from_text(&text).is_ok(), "{text}");
         }
     }
 
