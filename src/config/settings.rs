@@ -76,6 +76,8 @@ pub struct Site {
     pub ocsp: Vec<Option<PathBuf>>,
     /// Where `cert` was set (for errors about the files).
     pub cert_origin: String,
+    /// Where `key` was set (for errors about the key files).
+    pub key_origin: String,
     /// The certificate comes from the ACME CA (`certs` is empty).
     pub acme: bool,
     pub job: Job,
@@ -86,6 +88,15 @@ pub struct Site {
 }
 
 impl Site {
+    /// Where the setting at fault in a certificate or key error was set.
+    pub fn origin_of(&self, e: &super::cert::CertError) -> &str {
+        if e.is_about_key() {
+            &self.key_origin
+        } else {
+            &self.cert_origin
+        }
+    }
+
     /// Its first name, or `*` for the site that answers every name.
     pub fn label(&self) -> &str {
         self.names.first().map_or("*", String::as_str)
@@ -472,7 +483,7 @@ fn resolve_site(
     let top = !origin.contains("[[site]]");
     let at = |k: &str| {
         if top {
-            origins.of(k)
+            origins.of_in(k, text)
         } else {
             format!("{origin}, setting {k}")
         }
@@ -700,6 +711,7 @@ fn resolve_site(
     Ok(Site {
         acme: s.acme,
         cert_origin: at("cert"),
+        key_origin: at("key"),
         origin,
         names,
         certs,
