@@ -370,3 +370,48 @@ fn tlsfront_check_blames_the_missing_module_not_the_kernel_version() {
         assert!(text.contains("tls ULP: yes"), "{text}");
     }
 }
+
+#[test]
+fn check_and_run_decide_the_acme_state_directory_alike() {
+    // The privileged parent (root with `user`) owns this decision.
+    if !rustix::process::geteuid().is_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let acme = state.join("acme");
+    std::fs::create_dir_all(&acme).unwrap();
+    let cfg = config(
+        dir.path(),
+        &format!(
+            "user = \"nobody\"\nstate_dir = {}\n[[site]]\nnames = [\"a.test\"]\nroot = {}\n\
+             acme = true\n",
+            quoted(&state),
+            quoted(dir.path())
+        ),
+    );
+    // Root's directory: the server process (nobody) could not write there.
+    let want = format!(
+        "{} belongs to uid 0, but the server process runs as nobody",
+        acme.display()
+    );
+    let (ok, text) = check(&cfg);
+    assert!(
+        !ok && text.contains(&want) && text.contains("chown -R"),
+        "{text}"
+    );
+    let text = refused_run(&cfg);
+    assert!(text.contains(&want), "{text}");
+    // Missing: run makes it for nobody; check says so and makes nothing.
+    std::fs::remove_dir(&acme).unwrap();
+    let (ok, text) = check(&cfg);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains(&format!(
+            "ACME state directory {}: missing, made at start for nobody",
+            acme.display()
+        )),
+        "{text}"
+    );
+    assert!(!acme.exists());
+}
