@@ -352,9 +352,16 @@ where
 /// The setting a parse error at `at` concerns, as messages name it:
 /// `workers`, `[limits] headers`, or the table header itself (`[site]`).
 fn setting_at(text: &str, at: usize) -> Option<String> {
-    let at = at.min(text.len());
-    let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
-    let line = text[start..].lines().next().unwrap_or("").trim();
+    let mut at = at.min(text.len());
+    // A value on a later line of a multi-line list: the key is above it.
+    let (start, line) = loop {
+        let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+        let line = text[start..].lines().next().unwrap_or("").trim();
+        if line.starts_with('[') || line.contains('=') || start == 0 {
+            break (start, line);
+        }
+        at = start - 1;
+    };
     if line.starts_with('[') {
         return Some(line.split('#').next().unwrap_or(line).trim().to_string());
     }
@@ -583,6 +590,10 @@ mod tests {
             (
                 "[[site]]\nnames = [\"a\"]\ncert = 3\n",
                 "line 3: setting cert: expected a path in quotes, or a list of paths",
+            ),
+            (
+                "[[site]]\nroot = \"x\"\nnames = [\n  \"a\",\n  2,\n]\n",
+                "line 5: setting names: expected a string in quotes, found the number 2",
             ),
             (
                 "[[site]]\nroot = \"x\"\n[site.timeouts]\nsend = false\n",
