@@ -47,7 +47,7 @@ pub fn report(s: &Support) -> (String, bool) {
     if !s.rekey {
         let _ = writeln!(
             out,
-            "  {}; without it a client KeyUpdate ends the connection cleanly",
+            "  {}; meanwhile a client's KeyUpdate ends its connection cleanly",
             s.rekey_missing()
         );
     }
