@@ -257,7 +257,7 @@ fn key_errors_name_the_key_setting_with_file_and_line() {
         ),
     );
     let want = format!(
-        "line 2 ([[site]] #1), setting key: private key file {}: the key is encrypted: \
+        "line 6 ([[site]] #1), setting key: private key file {}: the key is encrypted: \
          tlsfront needs it unencrypted (openssl pkey -in {}",
         enc.display(),
         enc.display()

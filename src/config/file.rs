@@ -476,6 +476,34 @@ pub fn key_line(text: &str, table: Option<&str>, key: &str) -> Option<usize> {
     None
 }
 
+/// The 1-based line where the `[[site]]` at byte `start` sets `key` in
+/// its own table (`table` ""), or in `[site.TABLE]`; the search ends at
+/// the next header that is not one of this site's tables.
+pub fn site_key_line(text: &str, start: usize, table: &str, key: &str) -> Option<usize> {
+    let first = line_of(text, start);
+    let mut current = Some(String::new());
+    for (i, line) in text.lines().enumerate().skip(first) {
+        let l = line.trim();
+        if l.starts_with('[') {
+            let h = l.split('#').next().unwrap_or(l).trim();
+            let name = h.trim_matches(|c| c == '[' || c == ']').trim();
+            if h.starts_with("[[") && !name.starts_with("site.") {
+                return None;
+            }
+            // Any other header ends the site.
+            current = Some(name.strip_prefix("site.")?.to_string());
+            continue;
+        }
+        let Some((k, _)) = l.split_once('=') else {
+            continue;
+        };
+        if current.as_deref() == Some(table) && k.trim().trim_matches('"') == key {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
 /// The 1-based line of byte `offset` in `text`.
 pub fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())]

@@ -260,7 +260,8 @@ pub fn resolve(
     };
 
     // The sites: `[[site]]` tables, else the one at the top level.
-    let mut raw: Vec<(String, SiteFile)> = Vec::new();
+    // (where it is described, its keys, the byte offset of its [[site]]).
+    let mut raw: Vec<(String, SiteFile, Option<usize>)> = Vec::new();
     let top = file.top_site();
     if !file.site.is_empty() {
         if top.is_some() {
@@ -281,7 +282,7 @@ pub fn resolve(
                 ),
                 None => format!("[[site]] #{}", i + 1),
             };
-            raw.push((origin, s.get_ref().clone()));
+            raw.push((origin, s.get_ref().clone(), Some(s.span().start)));
         }
     } else {
         let site = top.unwrap_or_else(|| SiteFile {
@@ -292,7 +293,7 @@ pub fn resolve(
             Some(p) => format!("config file {}", p.display()),
             None => "the command line".to_string(),
         };
-        raw.push((origin, site));
+        raw.push((origin, site, None));
     }
 
     // The top level's access log is every site's default.
@@ -306,9 +307,9 @@ pub fn resolve(
     let mut owner: HashMap<String, usize> = HashMap::new();
     let mut default_site = None;
     let single = raw.len() == 1;
-    for (i, (origin, s)) in raw.into_iter().enumerate() {
+    for (i, (origin, s, site_at)) in raw.into_iter().enumerate() {
         let mut site = resolve_site(
-            origin,
+            (origin, site_at),
             s.clone(),
             (text, file.headers.as_ref()),
             &file.limits,
@@ -317,7 +318,7 @@ pub fn resolve(
             single.then_some(default_root).flatten(),
         )?;
         site.access_log = if site.origin.contains("[[site]]") {
-            let at = format!("{}, setting access_log", site.origin);
+            let at = site_setting(&site.origin, site_at, text, "access_log");
             site_log(&s.access_log, s.access_log_format, &top_log, &at)?
         } else {
             top_log.clone()
@@ -331,7 +332,7 @@ pub fn resolve(
         for n in &site.names {
             if let Some(&j) = owner.get(n) {
                 return Err(ConfigError::Invalid {
-                    origin: format!("{}, setting names", site.origin),
+                    origin: site_setting(&site.origin, site_at, text, "names"),
                     message: format!(
                         "name {n:?} is also a name of {}: each name belongs to one site",
                         sites_origin(&sites, j)
@@ -469,8 +470,29 @@ fn trusted_sources(list: &[String], origin: &str) -> Result<Vec<IpNet>, ConfigEr
     Ok(nets)
 }
 
+/// Where a `[[site]]`'s setting `k` (`cert`, `[timeouts] send`) is: the
+/// site's `origin` with the setting's own line when the file has it on one
+/// (`site_at`: the byte offset of the `[[site]]`), else the site's line.
+fn site_setting(origin: &str, site_at: Option<usize>, text: &str, k: &str) -> String {
+    let (table, name) = match k.strip_prefix('[').and_then(|k| k.split_once("] ")) {
+        Some((t, n)) => (t, n),
+        None => ("", k),
+    };
+    let lines = site_at.and_then(|start| {
+        let own = super::file::site_key_line(text, start, table, name)?;
+        Some((super::file::line_of(text, start), own))
+    });
+    match lines {
+        Some((site, own)) if own != site => format!(
+            "{}, setting {k}",
+            origin.replacen(&format!("line {site} ("), &format!("line {own} ("), 1)
+        ),
+        _ => format!("{origin}, setting {k}"),
+    }
+}
+
 fn resolve_site(
-    origin: String,
+    (origin, site_at): (String, Option<usize>),
     s: SiteFile,
     (text, default_headers): (&str, Option<&HeadersFile>),
     limits: &Limits,
@@ -481,11 +503,13 @@ fn resolve_site(
     // A site from the command line or the file's top level: its keys are
     // top-level ones, named as such; a [[site]]'s are named in it.
     let top = !origin.contains("[[site]]");
+    // A [[site]]'s key is named with its own line when the file has it
+    // on one (else the [[site]]'s line).
     let at = |k: &str| {
         if top {
             origins.of_in(k, text)
         } else {
-            format!("{origin}, setting {k}")
+            site_setting(&origin, site_at, text, k)
         }
     };
     let invalid = |k: &str, message: String| ConfigError::Invalid {
@@ -840,7 +864,7 @@ mod tests {
         for (text, want) in [
             (
                 "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\n[[site]]\nnames = [\"A.TEST\"]\nroot = \"/y\"\n",
-                "line 4 ([[site]] #2), setting names: name \"a.test\" is also a name of config file /etc/t.toml, line 1",
+                "line 5 ([[site]] #2), setting names: name \"a.test\" is also a name of config file /etc/t.toml, line 1",
             ),
             (
                 "[[site]]\nnames = [\"a.test\"]\n",
@@ -872,7 +896,7 @@ mod tests {
             ),
             (
                 "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\n[site.timeouts]\nsend = 0\n",
-                "setting [timeouts] send: 0 is out of range",
+                "line 5 ([[site]] #1), setting [timeouts] send: 0 is out of range",
             ),
             (
                 "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\n[[site]]\nroot = \"/y\"\n",
@@ -884,7 +908,7 @@ mod tests {
             ),
             (
                 "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\ncert = [\"a\", \"b\"]\nkey = [\"k\", \"l\"]\nocsp = \"o.der\"\n",
-                "line 1 ([[site]] #1), setting ocsp: 1 OCSP response file(s) for 2 certificate file(s)",
+                "line 6 ([[site]] #1), setting ocsp: 1 OCSP response file(s) for 2 certificate file(s)",
             ),
             (
                 "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nocsp = \"o.der\"\n",
@@ -901,7 +925,7 @@ mod tests {
             ),
             (
                 "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\naccess_log = \"\"\n",
-                "line 1 ([[site]] #1), setting access_log: an empty path",
+                "line 4 ([[site]] #1), setting access_log: an empty path",
             ),
             (
                 "proxy_from = [\"10.0.0.0/8\"]\nroot = \"/x\"\n",
