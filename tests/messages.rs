@@ -200,7 +200,8 @@ fn ktls_require_is_decided_alike_and_a_refusal_does_not_say_it_serves() {
         server.stop();
     } else {
         assert!(
-            text.contains("--ktls require: kTLS: ") && text.contains("refusing to start"),
+            text.contains("ktls = \"require\" (--ktls require): kTLS: ")
+                && text.contains("refusing to start"),
             "{text}"
         );
         assert!(!text.contains("serving with user-space TLS"), "{text}");

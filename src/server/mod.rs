@@ -105,7 +105,7 @@ pub enum StartError {
     Site { origin: String, message: String },
     #[error("setting ticket_keys: {0}")]
     TicketKeys(#[from] crate::tls::tickets::TicketKeyError),
-    #[error("--ktls require: {0}")]
+    #[error("ktls = \"require\" (--ktls require): {0}")]
     KtlsRequired(String),
     #[error("cannot listen on {addr}: {source}{hint}")]
     Bind {
