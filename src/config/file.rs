@@ -430,10 +430,9 @@ fn explain(text: &str, span: Option<std::ops::Range<usize>>, message: &str) -> S
     let setting = span.as_ref().and_then(|s| setting_at(text, s.start));
     let setting = setting.as_deref().unwrap_or("");
     if setting == "[site]" {
-        return format!(
-            "{setting}: use [[site]] (an array of tables) for each site; [site] is a single \
-             table, and a second one is a \"duplicate key\" ({message})"
-        );
+        return "[site]: use [[site]] (an array of tables) for each site: [site] is a single \
+                table, which cannot hold a list of sites (a second [site] is a duplicate key)"
+            .to_string();
     }
     if message.starts_with("setting ") || setting.is_empty() {
         return message.to_string();
