@@ -570,6 +570,13 @@ fn tlsfront_gets_renews_and_adds_certificates_by_acme() {
         "{out}{}",
         server.log()
     );
+    // Times in log lines are HTTP dates, not `SystemTime { tv_sec: … }`.
+    let log = server.wait_for_log("ACME certificate issued");
+    let line = log.lines().find(|l| l.contains("ACME certificate issued"));
+    assert!(
+        line.is_some_and(|l| l.contains(" GMT") && !l.contains("SystemTime")),
+        "{log}"
+    );
 
     let root = dir.path().join("pebble-root.pem");
     std::fs::write(&root, pebble.mgmt_get("/roots/0")).unwrap();

@@ -105,7 +105,7 @@ pub enum StartError {
     Site { origin: String, message: String },
     #[error("setting ticket_keys: {0}")]
     TicketKeys(#[from] crate::tls::tickets::TicketKeyError),
-    #[error("--ktls require: {0}")]
+    #[error("ktls = \"require\" (--ktls require): {0}")]
     KtlsRequired(String),
     #[error("cannot listen on {addr}: {source}{hint}")]
     Bind {
@@ -150,15 +150,15 @@ pub enum Role {
 pub type Reload = Box<dyn Fn() -> Result<Settings, ConfigError>>;
 
 /// Probe the kernel as the settings ask.
-fn ktls_support(mode: KtlsMode) -> Result<Support, StartError> {
+pub(crate) fn ktls_support(mode: KtlsMode) -> Result<Support, StartError> {
     let support = match mode {
         KtlsMode::Off => Support::disabled(),
         _ => Support::probe(),
     };
     if mode == KtlsMode::Require && !support.fully_usable() {
         return Err(StartError::KtlsRequired(format!(
-            "{} (run 'tlsfront check' for the fix)",
-            support.summary()
+            "{}: refusing to start (run 'tlsfront check' for the fix, or set ktls = \"auto\")",
+            support.verdict()
         )));
     }
     Ok(support)

@@ -328,7 +328,10 @@ fn site_tls(
     let mut recheck = None;
     let now = SystemTime::now();
     for (i, (c, k)) in site.certs.iter().enumerate() {
-        let id = cert::load(Some(c), Some(k)).map_err(|e| in_site(&e))?;
+        let id = cert::load(Some(c), Some(k)).map_err(|e| StartError::Site {
+            origin: site.origin_of(&e).to_string(),
+            message: e.to_string(),
+        })?;
         let shown = format!(
             "certificate {} (SHA-256 {}){for_names}",
             id.cert_path.display(),
@@ -336,16 +339,13 @@ fn site_tls(
         );
         let key = shared
             .certified_key(id.chain, id.key)
-            .map_err(|e| in_site(&format!("{} and {}: {e}", c.display(), k.display())))?;
-        for n in &site.names {
-            if !cert::covers(&key.cert[0], n) {
-                say(format!(
-                    "warning: {}: certificate {} does not cover the name {n}: clients that \
-                     check it will refuse the connection",
-                    site.origin,
-                    c.display()
-                ));
-            }
+            .map_err(|e| StartError::Site {
+                origin: site.key_origin.clone(),
+                message: cert::mismatch(c, k, &e),
+            })?;
+        // A warning here and in `config check` alike (cert::uncovered).
+        for w in cert::uncovered(&key.cert[0], c, &site.names) {
+            say(format!("warning: {}: {w}", site.origin));
         }
         say(shown);
         if let Some(t) = not_after(&key) {
