@@ -297,6 +297,27 @@ fn not_held(path: &Path, e: io::Error) -> io::Error {
     }
 }
 
+/// What `fd` (opened from `path` for writing) is: a regular file with no
+/// other name, else the refusal.
+fn regular_single(path: &Path, fd: &OwnedFd) -> io::Result<Stat> {
+    let st = rustix::fs::fstat(fd).map_err(with_path(path))?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err(Refused::NotRegular {
+            path: path.into(),
+            kind: kind_of(&st),
+        }
+        .into());
+    }
+    if st.st_nlink != 1 {
+        return Err(Refused::HardLinked {
+            path: path.into(),
+            links: nlink(&st),
+        }
+        .into());
+    }
+    Ok(st)
+}
+
 /// `fd` is still what `st` (an `lstat` of `path` before the open) saw.
 fn same(path: &Path, fd: &OwnedFd, st: &Stat) -> io::Result<Stat> {
     let now = rustix::fs::fstat(fd).map_err(with_path(path))?;
@@ -388,21 +409,7 @@ pub fn open_log(path: &Path) -> io::Result<File> {
         }
         Err(e) => return Err(with_path(path)(e)),
     };
-    let st = rustix::fs::fstat(&fd).map_err(with_path(path))?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-        return Err(Refused::NotRegular {
-            path: path.into(),
-            kind: kind_of(&st),
-        }
-        .into());
-    }
-    if st.st_nlink != 1 {
-        return Err(Refused::HardLinked {
-            path: path.into(),
-            links: nlink(&st),
-        }
-        .into());
-    }
+    regular_single(path, &fd)?;
     // Writes to a regular file never wait anyway; the flag was for the open.
     let flags = rustix::fs::fcntl_getfl(&fd).map_err(with_path(path))?;
     rustix::fs::fcntl_setfl(&fd, flags - OFlags::NONBLOCK).map_err(with_path(path))?;
@@ -460,21 +467,7 @@ pub fn write_new_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
         rustix::io::Errno::LOOP => Refused::Link { path: path.into() }.into(),
         e => with_path(path)(e),
     })?;
-    let st = rustix::fs::fstat(&fd).map_err(with_path(path))?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-        return Err(Refused::NotRegular {
-            path: path.into(),
-            kind: kind_of(&st),
-        }
-        .into());
-    }
-    if st.st_nlink != 1 {
-        return Err(Refused::HardLinked {
-            path: path.into(),
-            links: nlink(&st),
-        }
-        .into());
-    }
+    let st = regular_single(path, &fd)?;
     if st.st_uid != rustix::process::geteuid().as_raw() {
         return Err(Refused::NotOurs {
             path: path.into(),
