@@ -76,19 +76,22 @@ impl Held {
             if let crate::accesslog::Target::File(p) = &site.access_log.target {
                 held.logs.insert(p.clone());
             }
-            if site.certs.is_empty() && !site.acme {
-                // The self-signed identity: made here as root if missing.
-                crate::config::cert::load(None, None).map_err(|e| StartError::Site {
-                    origin: site.origin.clone(),
-                    message: e.to_string(),
-                })?;
-                let dir = crate::config::cert::data_dir().map_err(|e| StartError::Site {
-                    origin: site.origin.clone(),
-                    message: e.to_string(),
-                })?;
-                held.files.insert(dir.join("cert.pem"));
-                held.files.insert(dir.join("key.pem"));
-            }
+        }
+        // The self-signed identity of the sites without a certificate: made
+        // here as root if missing (once, whatever the number of sites).
+        if let Some(site) = settings
+            .sites
+            .iter()
+            .find(|s| s.certs.is_empty() && !s.acme)
+        {
+            let fail = |e: crate::config::cert::CertError| StartError::Site {
+                origin: site.origin.clone(),
+                message: e.to_string(),
+            };
+            crate::config::cert::load(None, None).map_err(fail)?;
+            let dir = crate::config::cert::data_dir().map_err(fail)?;
+            held.files.insert(dir.join("cert.pem"));
+            held.files.insert(dir.join("key.pem"));
         }
         Ok(held)
     }

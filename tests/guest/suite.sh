@@ -18,13 +18,20 @@ target/debug/tlsfront check || true
 echo "== reference: nginx + OpenSSL with Options KTLS"
 tests/guest/nginx-reference.sh
 
+# Every suite runs, whatever an earlier one did (one failure must not hide
+# the others' results); the guest's exit status says whether any failed.
+failed=()
 for bin in "$@"; do
   echo "== tlsfront end-to-end suite $(basename "$bin") with kTLS required"
-  TLSFRONT_EXPECT_KTLS=1 "$bin" --test-threads=1
+  TLSFRONT_EXPECT_KTLS=1 "$bin" --test-threads=1 || failed+=("$(basename "$bin")")
 done
 echo "== /proc/net/tls_stat after the suite"
 cat /proc/net/tls_stat
 
 # Last: its corrupted records count as decrypt errors, on purpose.
 echo "== TLS negative suite with kTLS required"
-TLSFRONT_EXPECT_KTLS=1 python3 tests/tls/negative.py --bin target/debug/tlsfront
+TLSFRONT_EXPECT_KTLS=1 python3 tests/tls/negative.py --bin target/debug/tlsfront || failed+=(negative.py)
+if ((${#failed[@]})); then
+  echo "== failed in the guest: ${failed[*]}"
+  exit 1
+fi
