@@ -141,7 +141,8 @@ pub enum AcmeCommand {
 /// Process-wide settings every command that listens takes.
 #[derive(Args, Debug, Default)]
 pub struct GlobalArgs {
-    /// Address to listen on, IPv4 or IPv6 (repeatable) [default: 127.0.0.1:8443].
+    /// Address to listen on, IPv4 or IPv6 (repeatable) [default: the config
+    /// file's listen, else 127.0.0.1:8443].
     #[arg(long, value_name = "ADDR")]
     pub listen: Vec<String>,
     /// Plain-HTTP admin address for /metrics (Prometheus) and /healthz,

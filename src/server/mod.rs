@@ -594,13 +594,8 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
         ),
     }
     let _ = stop_tx.send(true);
-    // The main runtime goes on while the workers drain: the admin listener
-    // answers /healthz (503 now) and /metrics until the end.
-    signals.rt.block_on(async {
-        while threads.iter().any(|t| !t.is_finished()) {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    });
+    // The admin listener has a thread of its own: it answers /healthz (503
+    // now) and /metrics while the workers drain.
     for t in threads {
         let _ = t.join();
     }
