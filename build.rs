@@ -20,9 +20,9 @@ fn main() {
         .flatten();
     if let Some(commit) = commit {
         details.push(format!("commit {commit}"));
-        // Rebuild when HEAD moves: HEAD itself (a checkout) and the branch
-        // it names (a commit), in this worktree's git directory and the
-        // shared one.
+        // Run again when HEAD moves: HEAD itself (a checkout) and the
+        // branch it names (a commit), in this worktree's git directory and
+        // the shared one.
         for d in [
             git(dir, &["rev-parse", "--absolute-git-dir"]),
             git(
@@ -34,10 +34,19 @@ fn main() {
         .flatten()
         {
             let d = Path::new(&d);
-            println!("cargo:rerun-if-changed={}", d.join("HEAD").display());
-            println!("cargo:rerun-if-changed={}", d.join("packed-refs").display());
-            if let Some(r) = git(dir, &["symbolic-ref", "-q", "HEAD"]) {
-                println!("cargo:rerun-if-changed={}", d.join(r).display());
+            // Only paths that exist: a missing one would make cargo run
+            // this script (and rebuild the crate) every time. The branch's
+            // loose ref where there is one, else refs/heads as a whole (a
+            // packed ref gets a loose one at the next commit).
+            let branch = git(dir, &["symbolic-ref", "-q", "HEAD"]).map(|r| d.join(r));
+            let refs = match branch {
+                Some(b) if b.exists() => b,
+                _ => d.join("refs/heads"),
+            };
+            for p in [d.join("HEAD"), d.join("packed-refs"), refs] {
+                if p.exists() {
+                    println!("cargo:rerun-if-changed={}", p.display());
+                }
             }
         }
     }
