@@ -2,7 +2,8 @@
 //! completions the Debian package ships (dist/man, dist/completions) are
 //! what `tlsfront generate` makes from the command line's definition now,
 //! render with `man`, name every subcommand, and bash accepts the bash
-//! script; `--version` states the build.
+//! script; `--version` states the build; dist/Containerfile fits this tree
+//! (what can be checked without building it).
 
 mod common;
 
@@ -144,4 +145,62 @@ fn version_names_the_build() {
         assert_eq!(parts[0], format!("commit {}", head.trim()), "{line}");
     }
     assert_eq!(run(Command::new(BIN).arg("-V")).trim_end(), line);
+}
+
+/// dist/Containerfile cannot be built here (no image registry), so what
+/// can be checked without building is: it copies every part of the
+/// workspace the build reads, its command is one this tlsfront accepts,
+/// and it does not run as root.
+#[test]
+fn the_container_recipe_fits_this_tree() {
+    use clap::Parser;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(dist().join("Containerfile")).unwrap();
+    let mut copied = Vec::new();
+    for line in text.lines().filter(|l| l.starts_with("COPY ")) {
+        let words: Vec<&str> = line.split_whitespace().skip(1).collect();
+        if words.iter().any(|w| w.starts_with("--from")) {
+            continue;
+        }
+        for src in &words[..words.len() - 1] {
+            assert!(root.join(src).exists(), "COPY {src}: not in the tree");
+            copied.push(src.to_string());
+        }
+    }
+    // The workspace members and the build script.
+    for need in ["Cargo.toml", "Cargo.lock", "build.rs", "src", "crates"] {
+        assert!(copied.iter().any(|c| c == need), "{need} is not copied");
+    }
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let members = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("members = "))
+        .expect("Cargo.toml names the workspace members");
+    for m in members.trim_matches(['[', ']']).split(',') {
+        let m = m.trim().trim_matches('"');
+        assert!(
+            m == "." || copied.iter().any(|c| m.starts_with(c.as_str())),
+            "workspace member {m} is not copied"
+        );
+    }
+    let json = |key: &str| -> Vec<String> {
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key}"));
+        serde_json::from_str(line.trim()).unwrap()
+    };
+    assert_eq!(json("ENTRYPOINT "), ["/usr/bin/tlsfront"]);
+    let cmd = json("CMD ");
+    let args = std::iter::once("tlsfront".to_string()).chain(cmd.iter().cloned());
+    if let Err(e) = tlsfront::cli::Cli::try_parse_from(args) {
+        panic!("CMD {cmd:?}: {e}");
+    }
+    assert!(cmd.iter().any(|a| a.ends_with(":8443")), "{cmd:?}");
+    assert!(text.contains("EXPOSE 8443"));
+    let user = text
+        .lines()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("a USER line");
+    assert!(!["root", "0"].contains(&user.trim()), "runs as {user}");
 }
