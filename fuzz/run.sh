@@ -22,6 +22,16 @@ fuzz() {
 flags=(--sanitizer "$san" --debug-assertions)
 
 mapfile -t targets < <(cargo fuzz list)
+# Built from fuzz/Cargo.lock as it is, as the main crate is (`--locked`):
+# cargo fuzz has no --locked of its own and would quietly re-resolve a
+# stale lock and rewrite it, so ask cargo first, with --locked.
+if ! cargo metadata --locked --format-version 1 >/dev/null; then
+  echo "fuzz/Cargo.lock is out of date with the crates the fuzz targets use: refresh it" \
+    "from the main lock (cp Cargo.lock fuzz/ && (cd fuzz && cargo metadata >/dev/null))" \
+    "and commit it"
+  echo "0 passed, ${#targets[@]} failed"
+  exit 1
+fi
 if ! fuzz build "${flags[@]}"; then
   echo "fuzz build failed"
   echo "0 passed, ${#targets[@]} failed"

@@ -42,12 +42,15 @@ pub fn report(s: &Support) -> (String, bool) {
     let _ = writeln!(
         out,
         "TLS1.3 rekey (KeyUpdate):    {}",
-        if s.rekey {
-            "yes"
-        } else {
-            "no - needs Linux >= 6.14; without it a client KeyUpdate ends the connection cleanly"
-        }
+        if s.rekey { "yes" } else { "no" }
     );
+    if !s.rekey {
+        let _ = writeln!(
+            out,
+            "  {}; meanwhile a client's KeyUpdate ends its connection cleanly",
+            s.rekey_missing()
+        );
+    }
     for f in &fixes {
         let _ = writeln!(out, "fix: {f}");
     }

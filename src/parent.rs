@@ -108,12 +108,26 @@ impl Held {
     }
 }
 
+/// What [`acme_state_dir`] does: make a missing directory, or (for
+/// `config check`) only decide whether a start would succeed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Make {
+    Yes,
+    DryRun,
+}
+
 /// The ACME state directory must be the server process's to write (it
 /// orders and stores certificates as `user`): made for it if missing; one
-/// that exists must already be its, else the fix is said.
-fn acme_state_dir(settings: &Settings, who: &RunAs) -> Result<(), StartError> {
+/// that exists must already be its, else the fix is said. `config check`
+/// asks the same with [`Make::DryRun`], which decides without making;
+/// `Ok(true)`: it is missing (and is, or would be, made).
+pub(crate) fn acme_state_dir(
+    settings: &Settings,
+    who: &RunAs,
+    make: Make,
+) -> Result<bool, StartError> {
     if !settings.sites.iter().any(|s| s.acme) {
-        return Ok(());
+        return Ok(false);
     }
     let dir = &settings.acme.state_dir;
     let fail = |message: String| StartError::Site {
@@ -122,6 +136,7 @@ fn acme_state_dir(settings: &Settings, who: &RunAs) -> Result<(), StartError> {
     };
     let (uid, gid) = who.ids();
     match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && make == Make::DryRun => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if let Some(up) = dir.parent() {
                 std::fs::create_dir_all(up)
@@ -147,13 +162,13 @@ fn acme_state_dir(settings: &Settings, who: &RunAs) -> Result<(), StartError> {
                 Some(rustix::process::Gid::from_raw(gid)),
             )
             .map_err(|e| fail(format!("cannot give {} to uid {uid}: {e}", dir.display())))?;
-            Ok(())
+            Ok(true)
         }
         Err(e) => Err(fail(format!("{}: {e}", dir.display()))),
         Ok(m) => {
             use std::os::unix::fs::MetadataExt;
             if m.is_dir() && m.uid() == uid {
-                Ok(())
+                Ok(false)
             } else {
                 Err(fail(format!(
                     "{} belongs to uid {}, but the server process runs as {} (uid {uid}) and \
@@ -243,7 +258,7 @@ pub fn run(settings: Settings, reload: Reload) -> Result<(), StartError> {
         Signals::install().map_err(StartError::Runtime)?
     };
     let who = settings.run_as.clone().expect("parent::wanted");
-    acme_state_dir(&settings, &who)?;
+    acme_state_dir(&settings, &who, Make::Yes)?;
     let held = Arc::new(Mutex::new(Held::of(&settings)?));
     let sockets = crate::server::bind_for_handover(&settings, &mut inherited)?;
     let (exits, mut exited) = mpsc::unbounded_channel();
@@ -337,7 +352,7 @@ fn reread(parent: &Parent, reload: &Reload) {
     let Ok(new) = reload() else {
         return;
     };
-    if let Err(e) = acme_state_dir(&new, &parent.who) {
+    if let Err(e) = acme_state_dir(&new, &parent.who, Make::Yes) {
         tracing::warn!("reload: {e}");
     }
     match Held::of(&new) {

@@ -4,7 +4,7 @@
 //! connection's line, every line written when SIGTERM follows the requests
 //! at once, and real logrotate rotating the file (SIGUSR1 in postrotate)
 //! while requests run: no line lost, none doubled, the new file used after
-//! each rotation.
+//! each rotation; and a full disk (a small tmpfs) leaving whole lines only.
 
 mod common;
 
@@ -23,9 +23,10 @@ fn lines(path: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Wait (up to 10 s) until `path` holds at least `n` lines; its lines then.
+/// Wait until `path` holds at least `n` lines (at most [`common::WAIT`]:
+/// the callers check the count); its lines then.
 fn wait_lines(path: &Path, n: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + common::WAIT;
     loop {
         let l = lines(path);
         if l.len() >= n || Instant::now() > deadline {
@@ -272,7 +273,7 @@ fn sigterm_right_after_the_requests_loses_no_line() {
     assert_eq!(ok, N);
     // At once: the lines are still in the workers' buffers.
     server.signal(Signal::TERM);
-    let exit = server.wait_exit(Duration::from_secs(30));
+    let exit = server.wait_exit(common::WAIT);
     assert!(exit.is_some_and(|s| s.success()), "{exit:?}");
     assert_eq!(lines(&log).len(), N);
 }
@@ -328,6 +329,8 @@ fn logrotate_while_requests_run_loses_no_line() {
     }
     let mut rotations = 0;
     for _ in 0..4 {
+        // The scenario, not a wait: let the clients' requests run a while
+        // between rotations.
         std::thread::sleep(Duration::from_millis(700));
         // The file exists once the first lines were written.
         wait_lines(&log, 1);
@@ -358,7 +361,7 @@ fn logrotate_while_requests_run_loses_no_line() {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let got: usize = clients.into_iter().map(|c| c.join().unwrap()).sum();
     server.signal(Signal::TERM);
-    let exit = server.wait_exit(Duration::from_secs(30));
+    let exit = server.wait_exit(common::WAIT);
     assert!(exit.is_some_and(|s| s.success()), "{exit:?}");
 
     let mut total = lines(&log).len();
@@ -386,11 +389,12 @@ fn new_pid(output: &str) -> Option<u32> {
         .and_then(|r| r.split_whitespace().next()?.parse().ok())
 }
 
-/// Stop the new process of an upgrade (not our child) within 30 s.
+/// Stop the new process of an upgrade (not our child), within
+/// [`common::WAIT`].
 fn stop_pid(pid: u32) {
     let p = rustix::process::Pid::from_raw(pid as i32).unwrap();
     let _ = rustix::process::kill_process(p, Signal::TERM);
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + common::WAIT;
     let alive = || {
         std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
             s.rsplit_once(')')
@@ -400,7 +404,10 @@ fn stop_pid(pid: u32) {
     while alive() {
         if Instant::now() > deadline {
             let _ = rustix::process::kill_process(p, Signal::KILL);
-            panic!("process {pid} did not stop within 30 s of SIGTERM");
+            panic!(
+                "process {pid} did not stop within {:?} of SIGTERM",
+                common::WAIT
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -428,7 +435,7 @@ fn an_upgrade_loses_no_line() {
     server.signal(Signal::USR2);
     let out = server.wait_for_output("upgraded: new process", 1);
     let new = new_pid(&out).unwrap_or_else(|| panic!("no upgrade announced: {out}"));
-    let exit = server.wait_exit(Duration::from_secs(30));
+    let exit = server.wait_exit(common::WAIT);
     assert!(exit.is_some_and(|s| s.success()), "old process: {exit:?}");
     // The old process wrote its lines on its way out.
     assert_eq!(lines(&log).len(), before);
@@ -470,4 +477,150 @@ fn a_reload_takes_a_new_path_and_format() {
     let (status, _) = server.stop();
     assert!(status.success());
     assert_eq!(lines(&a).len(), 1, "nothing more in the old file");
+}
+
+/// A small tmpfs mounted on a temporary directory, unmounted (lazily: a
+/// file may still be open) when dropped.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(size: &str) -> SmallDisk {
+        let dir = tempfile::tempdir().unwrap();
+        let out = tool("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755")])
+            .arg("tlsfront-test")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mount: {out:?}");
+        SmallDisk { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = tool("umount").arg("-l").arg(self.dir.path()).status();
+    }
+}
+
+/// Every line of `text` is a JSON object, and `text` ends with a newline:
+/// no fragment of a line anywhere.
+fn assert_whole_json_lines(text: &str) -> usize {
+    let tail: String = text
+        .chars()
+        .rev()
+        .take(400)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    assert!(
+        text.is_empty() || text.ends_with('\n'),
+        "a fragment at the end: ...{tail:?}"
+    );
+    for line in text.lines() {
+        let v: Result<serde_json::Value, _> = serde_json::from_str(line);
+        assert!(
+            v.as_ref().is_ok_and(|v| v["status"] == 200),
+            "not a whole line: {line:?}"
+        );
+    }
+    text.lines().count()
+}
+
+/// The access log on a full disk (a 64 KiB tmpfs, almost filled): the
+/// write that finds it full is cut short by the kernel, and the fragment of
+/// a line it leaves is cut off again, so every line in the file is whole
+/// JSON; the warning counts the lines lost; once there is room again the
+/// next lines start on a line of their own.
+#[test]
+fn a_full_disk_leaves_only_whole_lines() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: mounting a small tmpfs needs root");
+        return;
+    }
+    let disk = SmallDisk::mount("64k");
+    let log = disk.path().join("access.log");
+    // The disk full but for a few pages: a burst of lines crosses the end.
+    let filler = disk.path().join("filler");
+    std::fs::write(&filler, vec![b'.'; 48 * 1024]).unwrap();
+    let server = Server::start(&[
+        "--access-log",
+        log.to_str().unwrap(),
+        "--access-log-format",
+        "json",
+    ]);
+    // Bursts of requests on one connection, each written by the worker as
+    // one buffer, until a write fails.
+    let burst = |n: usize, path: &str| {
+        let url = server.url(path);
+        let mut args = Vec::new();
+        for _ in 0..n {
+            args.extend(["-o", "/dev/null", url.as_str()]);
+        }
+        let out = server.curl(&args);
+        assert!(out.status.success(), "{out:?}");
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !server.log().contains("line(s) lost") {
+        assert!(
+            Instant::now() < deadline,
+            "no write failed: {}",
+            server.log()
+        );
+        burst(40, "/hello.txt");
+        // The burst is written within a second (FLUSH_EVERY); wait for
+        // that write (the file grows, or the warning comes).
+        let size = std::fs::metadata(&log).map_or(0, |m| m.len());
+        let wait = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < wait
+            && std::fs::metadata(&log).map_or(0, |m| m.len()) == size
+            && !server.log().contains("line(s) lost")
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let warning = server.log();
+    let lost: u64 = warning
+        .lines()
+        .find_map(|l| {
+            l.split_once("): ")?
+                .1
+                .split_once(" line(s) lost")?
+                .0
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no count of lost lines: {warning}"));
+    assert!(lost > 0, "{warning}");
+    assert!(warning.contains("No space left on device"), "{warning}");
+    let full = std::fs::read_to_string(&log).unwrap();
+    let kept = assert_whole_json_lines(&full);
+    assert!(kept > 0, "{full}");
+
+    // Room again: the next lines are whole and on lines of their own.
+    std::fs::remove_file(&filler).unwrap();
+    // (Lines of the last full burst that its worker wrote later, if any,
+    // may come too: the new ones are told by their target.)
+    burst(5, "/hello.txt?after");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let after = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        let n = text.matches("GET /hello.txt?after ").count();
+        if n >= 5 || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(after.matches("GET /hello.txt?after ").count(), 5);
+    assert!(assert_whole_json_lines(&after) >= kept + 5);
+    let (status, _) = server.stop();
+    assert!(status.success());
+    drop(disk);
 }

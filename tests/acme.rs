@@ -77,7 +77,7 @@ fn free_dns_port() -> u16 {
 
 /// Wait (bounded) until something accepts TCP connections on `port`.
 fn wait_for_port(port: u16, what: &str, child: &mut Child, log: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + common::WAIT;
     loop {
         if TcpStream::connect(("127.0.0.1", port)).is_ok() {
             return;
@@ -90,7 +90,8 @@ fn wait_for_port(port: u16, what: &str, child: &mut Child, log: &Path) {
         }
         assert!(
             Instant::now() < deadline,
-            "{what} did not listen on 127.0.0.1:{port} within 20 s:\n{}",
+            "{what} did not listen on 127.0.0.1:{port} within {:?}:\n{}",
+            common::WAIT,
             std::fs::read_to_string(log).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(50));
@@ -569,6 +570,13 @@ fn tlsfront_gets_renews_and_adds_certificates_by_acme() {
         "{out}{}",
         server.log()
     );
+    // Times in log lines are HTTP dates, not `SystemTime { tv_sec: … }`.
+    let log = server.wait_for_log("ACME certificate issued");
+    let line = log.lines().find(|l| l.contains("ACME certificate issued"));
+    assert!(
+        line.is_some_and(|l| l.contains(" GMT") && !l.contains("SystemTime")),
+        "{log}"
+    );
 
     let root = dir.path().join("pebble-root.pem");
     std::fs::write(&root, pebble.mgmt_get("/roots/0")).unwrap();
@@ -596,12 +604,12 @@ fn tlsfront_gets_renews_and_adds_certificates_by_acme() {
         "{out}{}",
         server.log()
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while common::served_fingerprint(port, "a.tlsfront.test") == first && Instant::now() < deadline
-    {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert_ne!(common::served_fingerprint(port, "a.tlsfront.test"), first);
+    common::wait_until(common::WAIT, "the renewed certificate to be served", || {
+        match common::served_fingerprint(port, "a.tlsfront.test") {
+            fp if fp == first => Err(format!("still {fp}")),
+            _ => Ok(()),
+        }
+    });
     let (body, err) = get("a.tlsfront.test");
     assert_eq!(body, "acme site\n", "{err}");
 
@@ -616,12 +624,8 @@ fn tlsfront_gets_renews_and_adds_certificates_by_acme() {
     )
     .unwrap();
     server.reload();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !server.output().contains("for b.tlsfront.test, valid until") && Instant::now() < deadline
-    {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
+    server.wait_for_output("for b.tlsfront.test, valid until", 1);
+    let deadline = Instant::now() + common::WAIT;
     let mut got = get("b.tlsfront.test");
     while got.0 != "acme site\n" && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
@@ -652,7 +656,7 @@ fn tlsfront_gets_renews_and_adds_certificates_by_acme() {
     assert_eq!(pebble.cert_status(serial), "Revoked", "{said}");
     server.reload();
     server.wait_for_output("no certificate yet for a.tlsfront.test", 1);
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + common::WAIT;
     let mut got = get("a.tlsfront.test");
     while got.0 != "acme site\n" && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));

@@ -112,7 +112,7 @@ fn a_server_error_ends_the_connection() {
         assert_eq!(r.status, 500, "{r:?}");
         assert!(r.closes(), "{r:?}");
     }
-    let log = server.log();
+    let log = server.wait_for_log("cannot open \"/noindex/a.txt\"");
     assert!(log.contains("cannot open \"/noindex/a.txt\""), "{log}");
     server.stop_and_check_path(3);
 }

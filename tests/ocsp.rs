@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{s_client, tool, Server, Step};
+use common::{s_client, tool, Server};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -174,10 +174,12 @@ fn generalized_time(t: SystemTime) -> String {
 /// What `openssl s_client -status` says about the staple for `name` over
 /// `version` (`-tls1_3` / `-tls1_2`).
 fn staple(port: u16, name: &str, version: &str) -> String {
+    // The staple is printed with the handshake, before s_client reads its
+    // stdin: no step needed.
     let (out, err, _) = s_client(
         port,
         &["-status", "-servername", name, version],
-        &[Step::Sleep(200)],
+        &[],
         Duration::from_secs(20),
     );
     assert!(
@@ -317,6 +319,8 @@ fn good_staples_bad_ones_do_not_and_reloads_and_expiry_take_effect() {
     // A reload reads the files again: r.test now has a good response, and
     // g.test a newer one.
     let before = staple(port, "g.test", "-tls1_3");
+    // Not a wait: OCSP times have whole seconds, and the new response's
+    // thisUpdate must differ from the old one's.
     std::thread::sleep(Duration::from_millis(1100));
     pki.respond("r.test", "1002", false, &pki.path("r.test.der"));
     pki.respond("g.test", "1001", false, &pki.path("g.test.der"));

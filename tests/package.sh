@@ -68,7 +68,9 @@ while time.monotonic() < end:
         break
 PY
 listener=$!
-for _ in $(seq 50); do [[ -S $dir/notify ]] && break; sleep 0.1; done
+# Each wait below polls for its event; 600 x 0.1 s is only a safety net
+# for a loaded machine (the check after it fails if the event never came).
+for _ in $(seq 600); do [[ -S $dir/notify ]] && break; sleep 0.1; done
 # As systemd's own notify socket: reachable after the switch to www-data.
 chmod 755 "$dir"
 chmod 666 "$dir/notify"
@@ -78,7 +80,7 @@ env "$env_line" XDG_DATA_HOME="$dir/state" NOTIFY_SOCKET="$dir/notify" \
 pid=$!
 port=$(tlsfront_port "$dir/log")
 check "the installed tlsfront starts with the packaged config" test -n "$port"
-for _ in $(seq 50); do grep -q READY=1 "$dir/notified" && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q READY=1 "$dir/notified" && break; sleep 0.1; done
 check "systemd hears READY=1" grep -qx READY=1 "$dir/notified"
 # Wait (up to 60 s) until a command succeeds.
 await() { local _; for _ in $(seq 600); do "$@" && return 0; sleep 0.1; done; return 1; }
@@ -87,7 +89,8 @@ server=$(sed -n 's/^parent process .* server process \([0-9]*\) as user .*/\1/p'
 check "the parent stays root" test "$(ps -o user= -p "$pid")" = root
 check "its server process runs as www-data" test "$(ps -o user= -p "${server:-0}")" = www-data
 check "it says the server process runs as www-data" grep -q "running as user www-data" "$dir/log"
-get() { curl -sS --max-time 30 --cacert "$dir/state/tlsfront/cert.pem" "https://127.0.0.1:$port/tlsfront-package-test.txt" 2>&1 || true; }
+ca=$dir/state/tlsfront/cert.pem
+get() { curl -sS --max-time 30 --cacert "$ca" "https://127.0.0.1:$port/tlsfront-package-test.txt" 2>&1 || true; }
 check "it serves /var/www/html over HTTPS" test "$(get)" = "packaged hello"
 # The packaged config logs to /var/log/tlsfront/access.log, which the parent
 # opens as root: the file is root's, never www-data's.
@@ -142,6 +145,7 @@ check "systemd hears RELOADING=1, then READY=1 again" \
 served=$(openssl s_client -connect "127.0.0.1:$port" -servername localhost </dev/null 2>/dev/null |
   openssl x509 -noout -fingerprint -sha256 2>/dev/null)
 check "it serves the new certificate" test "$served" = "$(openssl x509 -noout -fingerprint -sha256 -in /etc/tlsfront/package-test.pem)"
+ca=/etc/tlsfront/package-test.pem
 # A config that would be refused: systemctl reload fails and says why, and
 # nothing changes.
 cp /etc/tlsfront/tlsfront.toml "$dir/good.toml"

@@ -472,7 +472,6 @@ fn eventually(limit: std::time::Duration, mut check: impl FnMut() -> bool) -> bo
 /// nothing open.
 #[test]
 fn kept_files_follow_a_deploy() {
-    use std::time::Duration;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::write(d.join("app.js"), "v1();\n").unwrap();
@@ -504,7 +503,7 @@ fn kept_files_follow_a_deploy() {
     std::fs::write(d.join("app.js"), "v4();\n".repeat(50)).unwrap();
     compress(&d.join("app.js"));
     assert!(
-        eventually(Duration::from_secs(10), || {
+        eventually(common::WAIT, || {
             get(&server, None, "/app.js", &["--compressed"]).has("content-encoding", "gzip")
         }),
         "the new sibling was never served"
@@ -516,7 +515,7 @@ fn kept_files_follow_a_deploy() {
     std::fs::remove_file(d.join("app.js")).unwrap();
     assert_eq!(server.status("/app.js", &[]), "404");
     assert!(
-        eventually(Duration::from_secs(10), || held(&server, d).is_empty()),
+        eventually(common::WAIT, || held(&server, d).is_empty()),
         "still held: {:?}",
         held(&server, d)
     );
@@ -602,4 +601,221 @@ fn config_check_refuses_bad_headers_naming_line_and_fix() {
         said.contains("warning: fallback") && said.contains("index.html"),
         "{said}"
     );
+}
+
+/// As root, the server process runs as `nobody` (its parent stays root):
+/// the flags for that, and the directory `d` opened to that user.
+fn as_nobody(d: &Path) -> Vec<&'static str> {
+    use std::os::unix::fs::PermissionsExt;
+    if !rustix::process::geteuid().is_root() {
+        return Vec::new();
+    }
+    std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    vec!["--user", "nobody"]
+}
+
+/// The process that serves: the server process when a parent runs it
+/// (`parented`: its line names it), else the one started.
+fn serving_pid(server: &Server, parented: bool) -> u32 {
+    if !parented {
+        return server.pid();
+    }
+    let out = server.wait_for_output("server process ", 1);
+    out.lines()
+        .find_map(|l| {
+            l.split("server process ")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no server process line: {out}"))
+}
+
+/// Point the symlink `link` at `to` the way deploy tools do (`ln -sfn`
+/// with a temporary name, then an atomic rename over the old link).
+fn switch_link(link: &Path, to: &str) {
+    let tmp = link.with_extension("new");
+    std::os::unix::fs::symlink(to, &tmp).unwrap();
+    std::fs::rename(&tmp, link).unwrap();
+}
+
+/// A `root` that is a symlink (`current -> release-N`) switched to another
+/// release while the server runs: served from the new release within
+/// `open_file_cache_valid`, with no failed request in between (each gets
+/// the old release's file or the new one's), and never the old one again.
+#[test]
+fn a_symlinked_root_switched_by_a_deploy_is_served() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for (release, body) in [
+        ("release-1", "release one\n"),
+        ("release-2", "release two!\n"),
+    ] {
+        std::fs::create_dir(d.join(release)).unwrap();
+        std::fs::write(d.join(release).join("v.txt"), body).unwrap();
+        std::fs::write(d.join(release).join("index.html"), body).unwrap();
+    }
+    let current = d.join("current");
+    std::os::unix::fs::symlink("release-1", &current).unwrap();
+    // The new release is opened by the server process, as its user.
+    let mut flags = vec!["--workers", "2"];
+    flags.extend(as_nobody(d));
+    let server = Server::start_in(&current, &flags);
+    let body = |path: &str| {
+        let g = get(&server, None, path, &[]);
+        (g.status, String::from_utf8_lossy(&g.body).into_owned())
+    };
+    // Kept open by the worker's cache, and its index too.
+    for _ in 0..3 {
+        assert_eq!(body("/v.txt"), (200, "release one\n".into()));
+        assert_eq!(body("/"), (200, "release one\n".into()));
+    }
+    switch_link(&current, "release-2");
+    let end = Instant::now() + Duration::from_secs(30);
+    let mut old = 0;
+    loop {
+        let got = body("/v.txt");
+        assert_eq!(got.0, 200, "a request failed during the deploy: {got:?}");
+        if got.1 == "release two!\n" {
+            break;
+        }
+        assert_eq!(got.1, "release one\n");
+        old += 1;
+        assert!(
+            Instant::now() < end,
+            "still the old release after 30 s ({old} requests)"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // From then on, every path and every worker: the new release.
+    for _ in 0..10 {
+        assert_eq!(body("/v.txt"), (200, "release two!\n".into()));
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || body("/")
+            == (200, "release two!\n".into())),
+        "the index was still the old release's"
+    );
+    for _ in 0..10 {
+        assert_eq!(body("/"), (200, "release two!\n".into()));
+    }
+    assert!(
+        server.wait_for_log("now leads to").contains(
+            &d.join("release-2")
+                .canonicalize()
+                .unwrap()
+                .display()
+                .to_string()
+        ),
+        "{}",
+        server.log()
+    );
+}
+
+/// Descriptors the process `pid` holds.
+fn fds_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// A config of `n` sites named `sI.test`, each with the root `root(i)`.
+fn many_sites(dir: &Path, n: usize, root: impl Fn(usize) -> String) -> std::path::PathBuf {
+    let mut text = String::from("workers = 1\n");
+    for i in 0..n {
+        text.push_str(&format!(
+            "[[site]]\nnames = [\"s{i}.test\"]\nroot = \"{}\"\n",
+            root(i)
+        ));
+    }
+    let config = dir.join("many.toml");
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
+/// Many sites sharing one root hold one descriptor for it, not one each,
+/// across a reload too; and a start whose open-file limit is too low for
+/// its roots says that it is the open-file limit, and how to raise it.
+#[test]
+fn sites_sharing_a_root_share_one_descriptor() {
+    const SITES: usize = 2000;
+    let dir = tempfile::tempdir().unwrap();
+    let www = dir.path().join("www");
+    std::fs::create_dir(&www).unwrap();
+    std::fs::write(www.join("index.html"), "shared\n").unwrap();
+    let config = many_sites(dir.path(), SITES, |_| "www".into());
+    let nobody = as_nobody(dir.path());
+    let server = Server::run(&config, &nobody);
+    let pid = serving_pid(&server, !nobody.is_empty());
+    for name in ["s0.test", "s1999.test"] {
+        let g = get(&server, Some(name), "/", &[]);
+        assert_eq!((g.status, g.body.as_slice()), (200, &b"shared\n"[..]));
+    }
+    let fds = fds_of(pid);
+    assert!(fds < SITES / 10, "{fds} descriptors for {SITES} sites");
+    let roots = held(&server, &www).len();
+    assert!(
+        roots <= 1,
+        "files of the root held: {:?}",
+        held(&server, &www)
+    );
+    server.reload();
+    let out = server.wait_for_output("reloaded", 1);
+    assert!(out.contains(&format!("{SITES} sites")), "{out}");
+    let g = get(&server, Some("s7.test"), "/", &[]);
+    assert_eq!(g.status, 200);
+    let after = fds_of(pid);
+    assert!(
+        after < SITES / 10,
+        "{after} descriptors for {SITES} sites after a reload"
+    );
+    drop(server);
+
+    // Distinct roots, more than the open-file limit allows.
+    for i in 0..300 {
+        std::fs::create_dir(dir.path().join(format!("r{i}"))).unwrap();
+    }
+    let config = many_sites(dir.path(), 300, |i| format!("r{i}"));
+    let data = tempfile::tempdir().unwrap();
+    let out_path = data.path().join("out");
+    let out_file = std::fs::File::create(&out_path).unwrap();
+    let mut child = tool("prlimit")
+        .args(["--nofile=128:128", "--"])
+        .arg(BIN)
+        .args(["run", "--config"])
+        .arg(&config)
+        .args(["--listen", "127.0.0.1:0"])
+        .env("XDG_DATA_HOME", data.path())
+        .stdout(out_file.try_clone().unwrap())
+        .stderr(out_file)
+        .spawn()
+        .unwrap();
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "still running after 60 s: {}",
+                std::fs::read_to_string(&out_path).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let said = std::fs::read_to_string(&out_path).unwrap();
+    assert!(!status.success(), "{said}");
+    let error = said
+        .lines()
+        .find(|l| l.contains("cannot serve"))
+        .unwrap_or_else(|| panic!("no error naming a root: {said}"));
+    assert!(error.contains("Too many open files"), "{error}");
+    assert!(error.contains("open-file limit"), "{error}");
+    assert!(error.contains("LimitNOFILE"), "{error}");
+    assert!(!error.contains("existing, readable directory"), "{error}");
 }

@@ -21,8 +21,7 @@ const MIB: usize = 1 << 20;
 /// body of a 200, or what went wrong.
 fn get(port: u16, config: &Arc<rustls::ClientConfig>, path: &str) -> Result<Vec<u8>, String> {
     let sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
-    sock.set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
+    sock.set_read_timeout(Some(common::WAIT)).unwrap();
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
     let conn = rustls::ClientConnection::new(config.clone(), name).map_err(|e| e.to_string())?;
     let mut tls = rustls::StreamOwned::new(conn, sock);
@@ -72,15 +71,18 @@ fn alive(pid: u32) -> bool {
 }
 
 /// Stop a process this test does not own (the new one, whose parent was
-/// the old one), within 30 s.
+/// the old one), within [`common::WAIT`].
 fn stop_pid(pid: u32) {
     let p = rustix::process::Pid::from_raw(pid as i32).unwrap();
     let _ = rustix::process::kill_process(p, Signal::TERM);
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + common::WAIT;
     while alive(pid) {
         if Instant::now() > deadline {
             let _ = rustix::process::kill_process(p, Signal::KILL);
-            panic!("process {pid} did not stop within 30 s of SIGTERM");
+            panic!(
+                "process {pid} did not stop within {:?} of SIGTERM",
+                common::WAIT
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -116,7 +118,8 @@ fn an_upgrade_under_load_refuses_nothing() {
             let (done, ok, config, want) = (done.clone(), ok.clone(), config.clone(), want.clone());
             std::thread::spawn(move || {
                 let mut failures = Vec::new();
-                let deadline = Instant::now() + Duration::from_secs(60);
+                // A safety net: the test stops them (`done`).
+                let deadline = Instant::now() + 5 * common::WAIT;
                 for _ in 0..2000 {
                     if done.load(SeqCst) || Instant::now() > deadline {
                         break;
@@ -135,14 +138,23 @@ fn an_upgrade_under_load_refuses_nothing() {
         .collect();
 
     let wait_ok = |n: usize| {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while ok.load(SeqCst) < n && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        common::wait_until(common::WAIT, format!("{n} good downloads"), || {
+            match ok.load(SeqCst) {
+                got if got >= n => Ok(()),
+                got => Err(format!("{got}")),
+            }
+        })
     };
     wait_ok(16);
-    // The slow download has started (curl is past the handshake).
-    std::thread::sleep(Duration::from_millis(300));
+    // The slow download has started (its first bytes are in the file).
+    common::wait_until(
+        common::WAIT,
+        "the slow download's first bytes",
+        || match std::fs::metadata(&slow_out).map_or(0, |m| m.len()) {
+            0 => Err("nothing yet".into()),
+            _ => Ok(()),
+        },
+    );
     let before = ok.load(SeqCst);
     server.signal(Signal::USR2);
     let out = server.wait_for_output("upgraded: new process", 1);
@@ -177,10 +189,10 @@ fn an_upgrade_under_load_refuses_nothing() {
 
     // The slow download, started on the old process, completes intact, and
     // the old process exits 0 once it has.
-    let status = wait_child(slow, Duration::from_secs(60));
+    let status = wait_child(slow, common::WAIT);
     assert!(status.success(), "slow curl: {status}");
     assert_eq!(sha256(&std::fs::read(&slow_out).unwrap()), want);
-    let exit = server.wait_exit(Duration::from_secs(30));
+    let exit = server.wait_exit(common::WAIT);
     assert!(
         exit.is_some_and(|s| s.success()),
         "old process: {exit:?}\n{}",
@@ -367,6 +379,8 @@ fn an_upgrade_of_many_sites_keeps_sessions_and_takes_the_new_certificate() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // The scenario, not a wait: the old process makes sessions for a
+    // while before the upgrade.
     std::thread::sleep(Duration::from_secs(3));
     // A renewed certificate on disk, then the upgrade.
     std::fs::copy(&c2, &cert).unwrap();
@@ -377,14 +391,14 @@ fn an_upgrade_of_many_sites_keeps_sessions_and_takes_the_new_certificate() {
     assert_ne!(common::served_fingerprint(port, "localhost"), before);
 
     let mut err_pipe = tps.stderr.take().unwrap();
-    let status = wait_child(tps, Duration::from_secs(60));
+    let status = wait_child(tps, 2 * common::WAIT);
     let mut err = String::new();
     let _ = err_pipe.read_to_string(&mut err);
     assert!(status.success(), "tlsfront-bench tps: {err}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(v["summary"]["failed"], 0, "{}", v["errors"]);
     let mut err_pipe = requests.stderr.take().unwrap();
-    let status = wait_child(requests, Duration::from_secs(60));
+    let status = wait_child(requests, common::WAIT);
     let mut err = String::new();
     let _ = err_pipe.read_to_string(&mut err);
     assert!(status.success(), "tlsfront-bench requests: {err}");
@@ -394,16 +408,13 @@ fn an_upgrade_of_many_sites_keeps_sessions_and_takes_the_new_certificate() {
     // `Connection: close` on a response, not closed under a request.
     assert_eq!(r["summary"]["errors"], 0, "{}", r["errors"]);
     assert!(r["summary"]["requests"].as_u64().unwrap_or(0) > 0);
-    let exit = server.wait_exit(Duration::from_secs(30));
+    let exit = server.wait_exit(common::WAIT);
     assert!(exit.is_some_and(|s| s.success()), "old process: {exit:?}");
     stop_pid(new);
-    // The new process's report comes last: it resumed the sessions the old
-    // one made, and made few full handshakes of its own.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.output().matches("handshakes: ").count() < 2 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = server.output();
+    // The new process's report comes last (it shares the old one's
+    // stdout, which ends when both have exited): it resumed the sessions
+    // the old one made, and made few full handshakes of its own.
+    let out = server.output_at_eof();
     let last = out
         .lines()
         .filter_map(|l| l.strip_prefix("handshakes: "))

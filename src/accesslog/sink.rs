@@ -8,7 +8,8 @@
 //! passes [`FLUSH_AT`], [`FLUSH_EVERY`] after its first line (a task per
 //! worker), and when the worker stops. Only whole lines are ever written,
 //! and a file is open with `O_APPEND`, so workers writing the same file
-//! never interleave within a line.
+//! never interleave within a line; a write a full disk cuts short has its
+//! fragment of a line cut off again ([`append`]).
 
 use crate::server::timer::sleep;
 use arc_swap::ArcSwap;
@@ -31,6 +32,22 @@ pub struct Sink {
     out: Out,
     /// Write failures are warned about at most once per interval.
     warn: crate::lograte::LogLimit,
+    /// Held while a buffer is written: this process's writers of the file
+    /// take turns, so that a write cut short can be told apart from the
+    /// others' and repaired (see [`append`]).
+    state: Mutex<WriteState>,
+}
+
+/// What failed writes left to say or to repair.
+#[derive(Default)]
+struct WriteState {
+    /// Lines lost and not yet said in a warning (warnings are
+    /// rate-limited; the count is not).
+    lost: u64,
+    /// A fragment of a line is at the end of the file and could not be
+    /// cut off: the next write begins with a newline, so that the lines
+    /// after it stay whole.
+    unterminated: bool,
 }
 
 enum Out {
@@ -54,6 +71,7 @@ impl Sink {
         Sink {
             out,
             warn: crate::lograte::LogLimit::new(crate::lograte::EVERY),
+            state: Mutex::new(WriteState::default()),
         }
     }
 
@@ -95,28 +113,115 @@ impl Sink {
         }
     }
 
-    /// Write whole lines with one call (a regular file open with
-    /// `O_APPEND` takes them at its end, whole, whatever other writers do).
-    /// A failure loses these lines, with a rate-limited warning: the
-    /// buffer cannot grow without bound while a disk is full.
+    /// Write whole lines, normally with one call (a regular file open with
+    /// `O_APPEND` takes them at its end, whole, whatever other writers
+    /// do). A failure loses lines, with a rate-limited warning that counts
+    /// them: the buffer cannot grow without bound while a disk is full.
+    /// The file keeps only whole lines (see [`append`]).
     fn write(&self, lines: &[u8]) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let r = match &self.out {
             Out::Stdout => {
                 let mut out = std::io::stdout().lock();
-                out.write_all(lines).and_then(|()| out.flush())
+                out.write_all(lines)
+                    .and_then(|()| out.flush())
+                    .map_err(|e| (count_lines(lines), e))
             }
-            Out::File { file, .. } => (&**file.load()).write_all(lines),
+            Out::File { file, .. } => append(&file.load(), lines, &mut state),
         };
-        if let Err(e) = r {
-            if let Some(left_out) = self.warn.allow("access_log_write") {
-                tracing::warn!(
-                    "access log {}: cannot write {} bytes of lines, lost: {e}{left_out}",
-                    self.name(),
-                    lines.len()
-                );
+        match r {
+            Ok(()) if state.lost == 0 => {}
+            Ok(()) => {
+                // Writing works again: the lines lost since the last
+                // warning are said (when a warning may be written).
+                if let Some(left_out) = self.warn.allow("access_log_write") {
+                    tracing::warn!(
+                        "access log {}: {} more line(s) lost before writing worked again{left_out}",
+                        self.name(),
+                        std::mem::take(&mut state.lost)
+                    );
+                }
+            }
+            Err((lost, e)) => {
+                state.lost += lost;
+                if let Some(left_out) = self.warn.allow("access_log_write") {
+                    tracing::warn!(
+                        "access log {}: cannot write ({e}): {} line(s) lost; the file keeps \
+                         whole lines only{left_out}",
+                        self.name(),
+                        std::mem::take(&mut state.lost)
+                    );
+                }
             }
         }
     }
+}
+
+/// The number of lines in `lines`.
+fn count_lines(lines: &[u8]) -> u64 {
+    lines.iter().filter(|&&b| b == b'\n').count() as u64
+}
+
+/// Append `lines` (whole lines) to `file`, open with `O_APPEND`, with the
+/// sink's lock held. `Err`: how many of them were lost, and why.
+///
+/// A full disk (or a quota, or the file size limit) can take part of a
+/// write: the kernel writes what fits and the next write fails. What went
+/// in then ends in a fragment of a line, and the next lines written once
+/// there is room would be glued onto it. So the fragment is cut off again:
+/// the file's size is read before the write, and if it is exactly that
+/// plus what this write took (no other process appended meanwhile), it is
+/// truncated back to the last whole line written. Appending with one write
+/// per buffer keeps the lines of other writers (another process during an
+/// upgrade) whole; only when one of them did write in between is the
+/// fragment left (where it is cannot be known), and the next write begins
+/// with a newline so that it stands on a line of its own. Checking the
+/// free space first would not do: another writer can take it in between,
+/// and file systems reserve and round space in ways a count cannot follow.
+fn append(file: &File, lines: &[u8], state: &mut WriteState) -> Result<(), (u64, std::io::Error)> {
+    if state.unterminated {
+        match write_all(file, b"\n") {
+            (1, _) => state.unterminated = false,
+            (_, e) => return Err((count_lines(lines), e)),
+        }
+    }
+    let before = rustix::fs::fstat(file).ok().map(|s| s.st_size);
+    let (done, error) = match write_all(file, lines) {
+        (n, _) if n == lines.len() => return Ok(()),
+        (n, e) => (n, e),
+    };
+    let whole = lines[..done]
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    if whole < done {
+        let cut = before.is_some_and(|before| {
+            let only_ours = rustix::fs::fstat(file)
+                .is_ok_and(|s| s.st_size.checked_sub(before) == i64::try_from(done).ok());
+            only_ours
+                && u64::try_from(before)
+                    .ok()
+                    .and_then(|b| b.checked_add(whole as u64))
+                    .is_some_and(|end| rustix::fs::ftruncate(file, end).is_ok())
+        });
+        state.unterminated = !cut;
+    }
+    Err((count_lines(&lines[whole..]), error))
+}
+
+/// `write()` until all of `bytes` is written or a write fails: the bytes
+/// written, and the failure (meaningless when all were written).
+fn write_all(file: &File, bytes: &[u8]) -> (usize, std::io::Error) {
+    let mut done = 0;
+    while done < bytes.len() {
+        match rustix::io::write(file, &bytes[done..]) {
+            Ok(0) => return (done, std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return (done, e.into()),
+        }
+    }
+    (done, std::io::ErrorKind::Other.into())
 }
 
 /// SIGUSR1: open every log file again at its path (logrotate has renamed

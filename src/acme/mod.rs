@@ -127,6 +127,8 @@ pub enum AcmeError {
     NoTlsAlpn { name: String, offered: String },
     #[error("the ACME CA could not validate {name} with TLS-ALPN-01: {detail}; check that {name} resolves to this server, that its port 443 reaches this listener, and that nothing in front of it terminates TLS")]
     Challenge { name: String, detail: String },
+    #[error("the ACME CA at {url} rejected the replay nonce of a request while {step} (badNonce, RFC 8555 section 6.5: each request carries a one-time nonce from the CA, and it refused the fresh one three times in a row): this is not a failed validation and says nothing about the names or this server; the order is tried again at the next attempt")]
+    BadNonce { url: String, step: String },
     #[error("the ACME CA did not issue the certificate for {names}: {detail}")]
     Issue { names: String, detail: String },
     #[error("could not make {what}: {detail}")]
@@ -239,17 +241,26 @@ async fn obtain_names(
         let digest = challenge.key_authorization().digest();
         let key = challenge::challenge_key(&name, digest.as_ref())?;
         answering.push(challenges.answer(&name, key));
-        challenge
-            .set_ready()
-            .await
-            .map_err(|e| AcmeError::Challenge {
+        challenge.set_ready().await.map_err(|e| match &e {
+            instant_acme::Error::Api(p) if is_problem(p, "badNonce") => AcmeError::BadNonce {
+                url: settings.directory.clone(),
+                step: format!("asking it to validate {name}"),
+            },
+            _ => AcmeError::Challenge {
                 name: name.clone(),
                 detail: describe(&e),
-            })?;
+            },
+        })?;
     }
 
     match order.poll_ready(&poll_policy()).await {
         Ok(OrderStatus::Ready) => {}
+        Err(instant_acme::Error::Api(p)) if is_problem(&p, "badNonce") => {
+            return Err(AcmeError::BadNonce {
+                url: settings.directory.clone(),
+                step: format!("polling the order for {listed}"),
+            })
+        }
         Ok(_) | Err(instant_acme::Error::Api(_)) => {
             return Err(why_invalid(&mut order, &listed).await)
         }
@@ -307,7 +318,7 @@ async fn obtain_names(
         }
     })?;
     store(settings, names, &issued)?;
-    tracing::info!(names = %listed, not_after = ?issued.not_after, "ACME certificate issued");
+    tracing::info!(names = %listed, not_after = %httpdate::fmt_http_date(issued.not_after), "ACME certificate issued");
     Ok(issued)
 }
 
@@ -869,6 +880,18 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bad_nonce_is_not_called_a_failed_validation() {
+        let e = AcmeError::BadNonce {
+            url: "https://ca.test/dir".into(),
+            step: "asking it to validate a.test".into(),
+        }
+        .to_string();
+        assert!(e.contains("rejected the replay nonce of a request while asking it to validate a.test (badNonce"), "{e}");
+        assert!(e.contains("tried again at the next attempt"), "{e}");
+        assert!(!e.contains("could not validate"), "{e}");
+    }
 
     #[test]
     fn renews_two_thirds_in() {

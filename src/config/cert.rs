@@ -20,6 +20,10 @@ pub enum CertError {
         path: PathBuf,
         source: rustls::pki_types::pem::Error,
     },
+    #[error("private key file {path}: the key is encrypted: tlsfront needs it unencrypted (openssl pkey -in {path} -out {path}.plain, then give that file, readable by root only)", path = path.display())]
+    EncryptedKey { path: PathBuf },
+    #[error("certificate file {path}: the chain is {size} bytes, more than {MAX_CHAIN} (TLS clients refuse a Certificate message that large: rustls above 64 KiB, OpenSSL above 100 KiB): give the server certificate and its intermediates only, without the root or unrelated certificates", path = path.display())]
+    ChainTooLarge { path: PathBuf, size: usize },
     #[error("--cert and --key go together: give both, or neither for the built-in self-signed certificate")]
     Half,
     #[error("no per-user data directory for the default certificate (set HOME or XDG_DATA_HOME, or give --cert and --key)")]
@@ -31,6 +35,74 @@ pub enum CertError {
     },
     #[error("cannot make a self-signed certificate: {0}")]
     Generate(#[from] rcgen::Error),
+}
+
+/// The largest chain served, in bytes of DER plus the Certificate
+/// message's framing: rustls clients refuse a handshake message over
+/// 0xffff bytes (`MAX_HANDSHAKE_SIZE`, rustls/src/msgs/deframer), OpenSSL
+/// over 100 KiB (`SSL_MAX_CERT_LIST_DEFAULT`); real chains are a few KiB.
+/// The margin leaves room for a stapled OCSP response and SCTs, which go
+/// in the same message.
+pub const MAX_CHAIN: usize = 0xffff - 8 * 1024;
+
+impl CertError {
+    /// Whether the key file, not the certificate, is at fault (the error
+    /// then names the `key` setting).
+    pub fn is_about_key(&self) -> bool {
+        matches!(
+            self,
+            CertError::ReadKey { .. } | CertError::EncryptedKey { .. }
+        )
+    }
+}
+
+/// The size a chain takes in a TLS 1.3 Certificate message: each entry's
+/// 3-byte length and 2-byte extensions length, and the message's header.
+pub fn chain_size(chain: &[CertificateDer<'_>]) -> usize {
+    8 + chain.iter().map(|c| c.len() + 5).sum::<usize>()
+}
+
+/// The warning for each of `names` the leaf `der` (from `path`) does not
+/// cover: `config check` and the server say the same (nginx and Caddy
+/// also warn and serve: a client that does not check names, or a name
+/// being moved to a new certificate, still works).
+pub fn uncovered(der: &CertificateDer<'_>, path: &Path, names: &[String]) -> Vec<String> {
+    let is_for = match facts(der) {
+        Ok(f) => listed(&f.names),
+        Err(_) => "(unreadable)".into(),
+    };
+    names
+        .iter()
+        .filter(|n| !covers(der, n))
+        .map(|n| {
+            format!(
+                "certificate {} does not cover the name {n} (it is for {is_for}): clients that \
+                 check names will refuse the connection; get one that lists {n}, or move the \
+                 name to a site whose certificate does",
+                path.display()
+            )
+        })
+        .collect()
+}
+
+/// A certificate's names for messages: `(no DNS names)` for none.
+pub fn listed(names: &[String]) -> String {
+    if names.is_empty() {
+        "(no DNS names)".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// A key that does not belong to its certificate (what `CertifiedKey`
+/// refuses), as both `config check` and the server say it.
+pub fn mismatch(cert: &Path, key: &Path, e: &dyn std::fmt::Display) -> String {
+    format!(
+        "key {} does not belong to certificate {}: {e} (the key must be the one the first \
+         certificate of the chain was issued for)",
+        key.display(),
+        cert.display()
+    )
 }
 
 /// A loaded certificate chain and its key.
@@ -75,19 +147,36 @@ fn load_pem(cert: &Path, key: &Path, created: bool) -> Result<Identity, CertErro
     if chain.is_empty() {
         return Err(CertError::NoCert { path: cert.into() });
     }
-    let key = read_secret(key)
-        .map_err(io)
-        .and_then(|pem| PrivateKeyDer::from_pem_slice(&pem))
-        .map_err(|source| CertError::ReadKey {
-            path: key.into(),
-            source,
-        })?;
+    let size = chain_size(&chain);
+    if size > MAX_CHAIN {
+        return Err(CertError::ChainTooLarge {
+            path: cert.into(),
+            size,
+        });
+    }
+    let read_err = |source| CertError::ReadKey {
+        path: key.into(),
+        source,
+    };
+    let pem = read_secret(key).map_err(io).map_err(read_err)?;
+    if is_encrypted(&pem) {
+        return Err(CertError::EncryptedKey { path: key.into() });
+    }
+    let key = PrivateKeyDer::from_pem_slice(&pem).map_err(read_err)?;
     Ok(Identity {
         chain,
         key,
         cert_path: cert.into(),
         created,
     })
+}
+
+/// A PKCS#8 `ENCRYPTED PRIVATE KEY` or a traditional PEM key with
+/// `Proc-Type: 4,ENCRYPTED` (rustls-pki-types reads neither, and says "no
+/// items found" or a base64 error).
+fn is_encrypted(pem: &[u8]) -> bool {
+    let has = |needle: &[u8]| pem.windows(needle.len()).any(|w| w == needle);
+    has(b"-----BEGIN ENCRYPTED PRIVATE KEY-----") || has(b"Proc-Type: 4,ENCRYPTED")
 }
 
 /// A certificate or key file's bytes, in a buffer zeroized when dropped.
@@ -247,6 +336,72 @@ mod tests {
         assert!(f.names.contains(&"::1".to_string()), "{f:?}");
         assert!(f.not_after > std::time::SystemTime::now());
         assert!(f.key.starts_with("ECDSA"), "{f:?}");
+    }
+
+    #[test]
+    fn an_encrypted_key_is_named_as_such() {
+        let dir = tempfile::tempdir().unwrap();
+        let (c, _) = self_signed().unwrap();
+        let cp = dir.path().join("c.pem");
+        let kp = dir.path().join("k.pem");
+        std::fs::write(&cp, c).unwrap();
+        for body in [
+            "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIFHzBJBgkqhkiG9w0BBQ0wPDAbBgkqhkiG9w0BBQwwDgQI\n-----END ENCRYPTED PRIVATE KEY-----\n",
+            "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,0123456789ABCDEF0123456789ABCDEF\n\nMIIEow==\n-----END RSA PRIVATE KEY-----\n",
+        ] {
+            std::fs::write(&kp, body).unwrap();
+            let e = load(Some(&cp), Some(&kp)).err().unwrap();
+            assert!(e.is_about_key());
+            let e = e.to_string();
+            assert!(
+                e.contains(&format!(
+                    "private key file {}: the key is encrypted: tlsfront needs it unencrypted \
+                     (openssl pkey -in {} -out",
+                    kp.display(),
+                    kp.display()
+                )),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_chain_too_large_for_clients_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (c, k) = self_signed().unwrap();
+        let cp = dir.path().join("c.pem");
+        let kp = dir.path().join("k.pem");
+        std::fs::write(&kp, k).unwrap();
+        // The same certificate over and over: about 1.2 MB of chain.
+        std::fs::write(&cp, c.repeat(2000)).unwrap();
+        let e = load(Some(&cp), Some(&kp)).err().unwrap().to_string();
+        assert!(
+            e.contains(&format!("certificate file {}: the chain is ", cp.display()))
+                && e.contains("bytes, more than"),
+            "{e}"
+        );
+        // A real chain (leaf, intermediate) is far below the bound.
+        std::fs::write(&cp, c.repeat(3)).unwrap();
+        assert!(load(Some(&cp), Some(&kp)).is_ok());
+    }
+
+    #[test]
+    fn coverage_warnings_and_names_without_sans() {
+        let (c, _) = self_signed().unwrap();
+        let der = CertificateDer::from_pem_slice(c.as_bytes()).unwrap();
+        let w = uncovered(
+            &der,
+            Path::new("/c.pem"),
+            &["localhost".into(), "a.test".into()],
+        );
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with(
+                "certificate /c.pem does not cover the name a.test (it is for localhost"
+            ),
+            "{w:?}"
+        );
+        assert_eq!(listed(&[]), "(no DNS names)");
     }
 
     /// A file that can no longer be read is taken as read before, as long

@@ -1,9 +1,11 @@
 //! `tlsfront config check FILE` (what `nginx -t` and `hitch --test` do):
 //! resolve the file as `run` would, load every certificate and key, check
-//! that each key belongs to its certificate and that the certificate covers
-//! the site's names, warn about certificates that expire soon, check each
-//! OCSP response to staple (good, for that certificate, current), open every
-//! document root, and print the resolved sites.
+//! that each key belongs to its certificate, warn (as `run` does) about a
+//! certificate that does not cover a site's names and about certificates
+//! that expire soon, check each OCSP response to staple (good, for that
+//! certificate, current), open every document root, read the ticket keys,
+//! check the access logs, the ACME state directory and `ktls = "require"`
+//! with the functions `run` uses, and print the resolved sites.
 
 use super::cert;
 use super::file::{FileConfig, UnknownNames};
@@ -73,11 +75,108 @@ fn describe(s: &Settings, now: SystemTime, out: &mut String) -> usize {
     if let Some(p) = &s.pid_file {
         let _ = writeln!(out, "pid file: {}", p.display());
     }
-    let mut errors = 0;
+    let mut errors = process_wide(s, out);
     for (i, site) in s.sites.iter().enumerate() {
         errors += describe_site(site, &s.acme, i == s.default_site, now, out);
     }
     errors
+}
+
+/// What `run` decides before any site, by the same functions: the ticket
+/// key files (`KeyFiles::read`), `ktls = "require"` (the kernel probe and
+/// `server::ktls_support`), the ACME state directory with `user` set (the
+/// parent's `acme_state_dir`, deciding without making), and every access
+/// log file (see [`access_log`]). The number of errors.
+fn process_wide(s: &Settings, out: &mut String) -> usize {
+    let mut errors = 0;
+    let mut error = |out: &mut String, m: String| {
+        errors += 1;
+        let _ = writeln!(out, "error: {m}");
+    };
+    if !s.ticket_keys.is_empty() {
+        match crate::tls::tickets::KeyFiles::read(&s.ticket_keys) {
+            Ok(_) => {
+                let _ = writeln!(
+                    out,
+                    "session ticket keys: {} file(s), {} encrypts",
+                    s.ticket_keys.len(),
+                    s.ticket_keys[0].display()
+                );
+            }
+            Err(e) => error(out, crate::server::StartError::from(e).to_string()),
+        }
+    }
+    if s.ktls == super::KtlsMode::Require {
+        if let Err(e) = crate::server::ktls_support(s.ktls) {
+            error(out, e.to_string());
+        }
+    }
+    if let Some(who) = s.run_as.as_ref().filter(|_| crate::parent::wanted(s)) {
+        use crate::parent::{acme_state_dir, Make};
+        match acme_state_dir(s, who, Make::DryRun) {
+            Ok(true) => {
+                let _ = writeln!(
+                    out,
+                    "ACME state directory {}: missing, made at start for {}",
+                    s.acme.state_dir.display(),
+                    who.name()
+                );
+            }
+            Ok(false) => {}
+            Err(e) => error(out, e.to_string()),
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    for site in &s.sites {
+        if let crate::accesslog::Target::File(p) = &site.access_log.target {
+            if seen.insert(p.clone()) {
+                if let Err(m) = access_log(p) {
+                    error(out, format!("{}: {m}", site.access_log.origin));
+                }
+            }
+        }
+    }
+    errors
+}
+
+/// Whether `run` could open the access log `path` for appending: an
+/// existing file is opened as `run` opens it (`safe_open::open_log`:
+/// appending changes nothing, and no link is followed); a missing one is
+/// not made, but its directory must exist and be writable.
+fn access_log(path: &Path) -> Result<(), String> {
+    let hint = "(its directory must exist, and the file be writable, or the directory be, by \
+                the user tlsfront runs as at this point)";
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => crate::safe_open::open_log(path)
+            .map(drop)
+            .map_err(|e| format!("cannot open the access log: {e} {hint}")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let dir = match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            let usable = std::fs::metadata(dir)
+                .map_err(|e| e.to_string())
+                .and_then(|m| {
+                    if !m.is_dir() {
+                        return Err("not a directory".into());
+                    }
+                    rustix::fs::access(dir, rustix::fs::Access::WRITE_OK)
+                        .map_err(|e| format!("not writable: {e}"))
+                });
+            usable.map_err(|e| {
+                format!(
+                    "cannot open the access log {}: directory {}: {e} {hint}",
+                    path.display(),
+                    dir.display()
+                )
+            })
+        }
+        Err(e) => Err(format!(
+            "cannot open the access log {}: {e} {hint}",
+            path.display()
+        )),
+    }
 }
 
 /// What a site with a root does to its responses, and a fallback that
@@ -194,7 +293,7 @@ fn describe_site(
         let id = match cert::load(Some(c), Some(k)) {
             Ok(id) => id,
             Err(e) => {
-                error(out, format!("{}: {e}", site.cert_origin));
+                error(out, format!("{}: {e}", site.origin_of(&e)));
                 continue;
             }
         };
@@ -204,12 +303,7 @@ fn describe_site(
         {
             error(
                 out,
-                format!(
-                    "key {} does not belong to certificate {}: {e} (the key must be the one \
-                     the first certificate of the chain was issued for)",
-                    k.display(),
-                    c.display()
-                ),
+                format!("{}: {}", site.key_origin, cert::mismatch(c, k, &e)),
             );
         }
         let facts = match cert::facts(&leaf) {
@@ -228,7 +322,7 @@ fn describe_site(
             c.display(),
             facts.key,
             id.chain.len(),
-            facts.names.join(", "),
+            cert::listed(&facts.names),
             httpdate::fmt_http_date(facts.not_before),
             httpdate::fmt_http_date(facts.not_after),
         );
@@ -245,19 +339,9 @@ fn describe_site(
                 Err(e) => writeln!(out, "  warning: {e}; not stapled"),
             };
         }
-        for n in &site.names {
-            if !cert::covers(&leaf, n) {
-                error(
-                    out,
-                    format!(
-                        "certificate {} does not cover the name {n} (it is for {}): clients \
-                         will refuse it; get one that lists {n}, or move the name to a site \
-                         whose certificate does",
-                        c.display(),
-                        facts.names.join(", ")
-                    ),
-                );
-            }
+        // A warning, as at `run` (see `cert::uncovered`).
+        for w in cert::uncovered(&leaf, c, &site.names) {
+            let _ = writeln!(out, "  warning: {w}");
         }
         match facts.not_after.duration_since(now) {
             Err(_) => error(

@@ -152,6 +152,9 @@ pub struct SiteFile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FileConfig {
+    /// Unset: 127.0.0.1:8443; an empty list is refused (it would listen
+    /// nowhere, or silently on the default).
+    #[serde(deserialize_with = "non_empty_listen")]
     pub listen: Vec<Spanned<String>>,
     /// Plain-HTTP admin listener: `/metrics` and `/healthz` (off unset).
     pub admin: Option<Spanned<String>>,
@@ -253,7 +256,7 @@ impl FileConfig {
         let mut cfg = FileConfig::parse(&text).map_err(|e| FileError::Parse {
             path: path.into(),
             line: e.span().map_or(0, |s| line_of(&text, s.start)),
-            message: e.message().trim_end().to_string(),
+            message: explain(&text, e.span(), e.message().trim_end()),
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
         cfg.rebase(base);
@@ -336,6 +339,176 @@ fn rebase_log(v: &mut Option<String>, base: &Path) {
     }
 }
 
+/// `listen = []`: refused, naming the setting (the default address only
+/// stands in for a `listen` left out).
+fn non_empty_listen<'de, D>(d: D) -> Result<Vec<Spanned<String>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let v = Vec::<Spanned<String>>::deserialize(d)?;
+    if v.is_empty() {
+        return Err(serde::de::Error::custom(
+            "setting listen: an empty list listens nowhere: give at least one address \
+             (listen = [\"127.0.0.1:8443\"]), or leave listen out for 127.0.0.1:8443",
+        ));
+    }
+    Ok(v)
+}
+
+/// The setting a parse error at `at` concerns, as messages name it:
+/// `workers`, `[limits] headers`, or the table header itself (`[site]`).
+fn setting_at(text: &str, at: usize) -> Option<String> {
+    let mut at = at.min(text.len());
+    // A value on a later line of a multi-line list: the key is above it.
+    let (start, line) = loop {
+        let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+        let line = text[start..].lines().next().unwrap_or("").trim();
+        if line.starts_with('[') || line.contains('=') || start == 0 {
+            break (start, line);
+        }
+        at = start - 1;
+    };
+    if line.starts_with('[') {
+        return Some(line.split('#').next().unwrap_or(line).trim().to_string());
+    }
+    let key = line.split_once('=')?.0.trim().trim_matches('"').to_string();
+    // The table the key is in: the last header above it.
+    let table = text[..start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .map(|h| h.split('#').next().unwrap_or(h).trim().to_string());
+    Some(match table {
+        Some(t) if t != "[[site]]" => format!("{t} {key}"),
+        _ => key,
+    })
+}
+
+/// What a Rust type name in a serde message means, in words.
+fn in_words(expected: &str, key: &str) -> String {
+    let e = expected.trim();
+    let words = match e {
+        "usize" | "u64" | "u32" | "u16" | "u8" => "a whole number (0 or more, no quotes)",
+        "i64" | "i32" => "a whole number (no quotes)",
+        "f64" | "f32" => "a number (no quotes; seconds may have a fraction: 2.5)",
+        "a boolean" => "true or false (no quotes)",
+        "a string" => "a string in quotes",
+        "path string" => "a path in quotes",
+        "a sequence" if key.ends_with("paths") => "[[site.paths]] tables",
+        "a sequence" => "a list of strings, in brackets: [\"…\", \"…\"]",
+        "a map" => "a table",
+        e if e.starts_with("struct ") => "a table",
+        e if e.contains("untagged enum OneOrMany") => {
+            "a path in quotes, or a list of paths in brackets: [\"…\", \"…\"]"
+        }
+        e => return e.to_string(),
+    };
+    words.to_string()
+}
+
+/// A value as written, from serde's description of it.
+fn found_words(found: &str) -> String {
+    let f = found.trim();
+    if let Some(v) = f.strip_prefix("string ") {
+        return format!("a string ({v})");
+    }
+    for (kind, word) in [
+        ("integer ", "the number"),
+        ("floating point ", "the number"),
+        ("boolean ", "the boolean"),
+    ] {
+        if let Some(v) = f.strip_prefix(kind) {
+            return format!("{word} {}", v.trim_matches('`'));
+        }
+    }
+    match f {
+        "map" => "a table".into(),
+        "sequence" => "a list".into(),
+        f => f.to_string(),
+    }
+}
+
+/// A TOML or serde message rewritten for an operator: which setting, and
+/// what it takes in words (serde says `invalid type: string "x", expected
+/// usize`); `[site]` where `[[site]]` is meant gets the fix.
+fn explain(text: &str, span: Option<std::ops::Range<usize>>, message: &str) -> String {
+    let setting = span.as_ref().and_then(|s| setting_at(text, s.start));
+    let setting = setting.as_deref().unwrap_or("");
+    if setting == "[site]" {
+        return "[site]: use [[site]] (an array of tables) for each site: [site] is a single \
+                table, which cannot hold a list of sites (a second [site] is a duplicate key)"
+            .to_string();
+    }
+    if message.starts_with("setting ") || setting.is_empty() {
+        return message.to_string();
+    }
+    let key = setting.rsplit(' ').next().unwrap_or(setting);
+    let typed = message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "));
+    if let Some((found, expected)) = typed.and_then(|t| t.rsplit_once(", expected ")) {
+        return format!(
+            "setting {setting}: expected {}, found {}",
+            in_words(expected, key),
+            found_words(found)
+        );
+    }
+    if message.contains("untagged enum OneOrMany") {
+        return format!("setting {setting}: expected {}", in_words(message, key));
+    }
+    format!("setting {setting}: {message}")
+}
+
+/// The 1-based line where `key` is set in `table` (`None`: the top level,
+/// before any header), if it is written on a line of its own.
+pub fn key_line(text: &str, table: Option<&str>, key: &str) -> Option<usize> {
+    let mut current: Option<String> = None;
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if l.starts_with('[') {
+            let h = l.split('#').next().unwrap_or(l).trim();
+            current = Some(h.trim_matches(|c| c == '[' || c == ']').trim().to_string());
+            continue;
+        }
+        let Some((k, _)) = l.split_once('=') else {
+            continue;
+        };
+        if current.as_deref() == table && k.trim().trim_matches('"') == key {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
+/// The 1-based line where the `[[site]]` at byte `start` sets `key` in
+/// its own table (`table` ""), or in `[site.TABLE]`; the search ends at
+/// the next header that is not one of this site's tables.
+pub fn site_key_line(text: &str, start: usize, table: &str, key: &str) -> Option<usize> {
+    let first = line_of(text, start);
+    let mut current = Some(String::new());
+    for (i, line) in text.lines().enumerate().skip(first) {
+        let l = line.trim();
+        if l.starts_with('[') {
+            let h = l.split('#').next().unwrap_or(l).trim();
+            let name = h.trim_matches(|c| c == '[' || c == ']').trim();
+            if h.starts_with("[[") && !name.starts_with("site.") {
+                return None;
+            }
+            // Any other header ends the site.
+            current = Some(name.strip_prefix("site.")?.to_string());
+            continue;
+        }
+        let Some((k, _)) = l.split_once('=') else {
+            continue;
+        };
+        if current.as_deref() == Some(table) && k.trim().trim_matches('"') == key {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
 /// The 1-based line of byte `offset` in `text`.
 pub fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())]
@@ -412,6 +585,89 @@ mod tests {
             e.contains("t.toml, line 3: setting access_log_format: \"xml\" is not a format"),
             "{e}"
         );
+    }
+
+    fn load_err(text: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.toml");
+        std::fs::write(&p, text).unwrap();
+        FileConfig::load(&p).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn type_errors_name_file_line_setting_and_say_what_is_expected() {
+        for (text, want) in [
+            (
+                "root = \"x\"\nworkers = \"four\"\n",
+                "t.toml, line 2: setting workers: expected a whole number (0 or more, no \
+                 quotes), found a string (\"four\")",
+            ),
+            (
+                "root = \"x\"\n[limits]\nheaders = -1\n",
+                "line 3: setting [limits] headers: expected a whole number (0 or more, no \
+                 quotes), found the number -1",
+            ),
+            (
+                "names = \"a.test\"\nroot = \"x\"\n",
+                "line 1: setting names: expected a list of strings, in brackets",
+            ),
+            (
+                "[timeouts]\nsend = \"long\"\n",
+                "line 2: setting [timeouts] send: expected a number",
+            ),
+            (
+                "autoindex = 1\n",
+                "line 1: setting autoindex: expected true or false (no quotes), found the \
+                 number 1",
+            ),
+            (
+                "[[site]]\nnames = [\"a\"]\ncert = 3\n",
+                "line 3: setting cert: expected a path in quotes, or a list of paths",
+            ),
+            (
+                "[[site]]\nroot = \"x\"\nnames = [\n  \"a\",\n  2,\n]\n",
+                "line 5: setting names: expected a string in quotes, found the number 2",
+            ),
+            (
+                "[[site]]\nroot = \"x\"\n[site.timeouts]\nsend = false\n",
+                "line 4: setting [site.timeouts] send: expected a number",
+            ),
+        ] {
+            let e = load_err(text);
+            assert!(e.contains(want), "{text}\n=> {e}\nwanted: {want}");
+            assert!(!e.contains("usize") && !e.contains("a sequence"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_single_site_table_says_to_use_an_array_of_tables() {
+        for (text, line) in [
+            ("[site]\nroot = \"x\"\n", 1),
+            ("[site]\nroot = \"x\"\n[site]\nroot = \"y\"\n", 3),
+            ("[[site]]\nroot = \"x\"\n[site]\nroot = \"y\"\n", 3),
+        ] {
+            let e = load_err(text);
+            assert!(
+                e.contains(&format!(
+                    "line {line}: [site]: use [[site]] (an array of tables) for each site"
+                )),
+                "{text}\n=> {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_empty_listen_list_is_refused() {
+        let e = load_err("root = \"x\"\n\nlisten = []\n");
+        assert!(
+            e.contains("t.toml, line 3: setting listen: an empty list listens nowhere"),
+            "{e}"
+        );
+        // Left out, it is the default (resolved later).
+        assert!(FileConfig::parse("root = \"x\"\n")
+            .unwrap()
+            .listen
+            .is_empty());
     }
 
     #[test]

@@ -81,6 +81,8 @@ pub struct Site {
     pub ocsp: Vec<Option<PathBuf>>,
     /// Where `cert` was set (for errors about the files).
     pub cert_origin: String,
+    /// Where `key` was set (for errors about the key files).
+    pub key_origin: String,
     /// The certificate comes from the ACME CA (`certs` is empty).
     pub acme: bool,
     pub job: Job,
@@ -91,6 +93,15 @@ pub struct Site {
 }
 
 impl Site {
+    /// Where the setting at fault in a certificate or key error was set.
+    pub fn origin_of(&self, e: &super::cert::CertError) -> &str {
+        if e.is_about_key() {
+            &self.key_origin
+        } else {
+            &self.cert_origin
+        }
+    }
+
     /// Its first name, or `*` for the site that answers every name.
     pub fn label(&self) -> &str {
         self.names.first().map_or("*", String::as_str)
@@ -149,6 +160,22 @@ impl Origins {
         }
     }
 
+    /// As [`Origins::of`], with the line the file sets it on (`text`: the
+    /// file's text): `config file F, line N, setting [limits] headers`.
+    pub fn of_in(&self, key: &str, text: &str) -> String {
+        let (table, name) = match key.strip_prefix('[').and_then(|k| k.split_once("] ")) {
+            Some((t, k)) => (Some(t), k),
+            None => (None, key),
+        };
+        match (&self.file, self.flags.contains_key(key)) {
+            (Some(p), false) => match super::file::key_line(text, table, name) {
+                Some(line) => format!("config file {}, line {line}, setting {key}", p.display()),
+                None => self.of(key),
+            },
+            _ => self.of(key),
+        }
+    }
+
     pub fn flag(&mut self, key: &'static str, flag: &'static str) {
         self.flags.insert(key, flag);
     }
@@ -164,7 +191,7 @@ pub fn resolve(
     origins: &Origins,
     default_root: Option<&Path>,
 ) -> Result<Settings, ConfigError> {
-    let o = |k: &str| origins.of(k);
+    let o = |k: &str| origins.of_in(k, text);
     let mut listen = Vec::new();
     for l in &file.listen {
         let origin = match (&origins.file, origins.flags.contains_key("listen")) {
@@ -191,13 +218,24 @@ pub fn resolve(
                 _ => o("admin"),
             };
             let value = a.get_ref();
-            Some(value.parse().map_err(|_| ConfigError::Invalid {
-                origin,
+            let addr: SocketAddr = value.parse().map_err(|_| ConfigError::Invalid {
+                origin: origin.clone(),
                 message: format!(
                     "admin address {value:?} is not IP:PORT (example: 127.0.0.1:9101; keep it \
                      on loopback or a private network: it answers without TLS or a password)"
                 ),
-            })?)
+            })?;
+            if let Some(l) = listen.iter().find(|l| overlaps(addr, **l)) {
+                return Err(ConfigError::Invalid {
+                    origin,
+                    message: format!(
+                        "admin address {addr} is also a listen address ({l}): the admin \
+                         listener answers plain HTTP, the listen ones TLS; give it a port of \
+                         its own (e.g. 127.0.0.1:9101)"
+                    ),
+                });
+            }
+            Some(addr)
         }
         None => None,
     };
@@ -227,7 +265,8 @@ pub fn resolve(
     };
 
     // The sites: `[[site]]` tables, else the one at the top level.
-    let mut raw: Vec<(String, SiteFile)> = Vec::new();
+    // (where it is described, its keys, the byte offset of its [[site]]).
+    let mut raw: Vec<(String, SiteFile, Option<usize>)> = Vec::new();
     let top = file.top_site();
     if !file.site.is_empty() {
         if top.is_some() {
@@ -248,7 +287,7 @@ pub fn resolve(
                 ),
                 None => format!("[[site]] #{}", i + 1),
             };
-            raw.push((origin, s.get_ref().clone()));
+            raw.push((origin, s.get_ref().clone(), Some(s.span().start)));
         }
     } else {
         let site = top.unwrap_or_else(|| SiteFile {
@@ -259,7 +298,7 @@ pub fn resolve(
             Some(p) => format!("config file {}", p.display()),
             None => "the command line".to_string(),
         };
-        raw.push((origin, site));
+        raw.push((origin, site, None));
     }
 
     // The top level's access log is every site's default.
@@ -273,9 +312,9 @@ pub fn resolve(
     let mut owner: HashMap<String, usize> = HashMap::new();
     let mut default_site = None;
     let single = raw.len() == 1;
-    for (i, (origin, s)) in raw.into_iter().enumerate() {
+    for (i, (origin, s, site_at)) in raw.into_iter().enumerate() {
         let mut site = resolve_site(
-            origin,
+            (origin, site_at),
             s.clone(),
             (text, file.headers.as_ref()),
             &file.limits,
@@ -284,7 +323,7 @@ pub fn resolve(
             single.then_some(default_root).flatten(),
         )?;
         site.access_log = if site.origin.contains("[[site]]") {
-            let at = format!("{}, setting access_log", site.origin);
+            let at = site_setting(&site.origin, site_at, text, "access_log");
             site_log(&s.access_log, s.access_log_format, &top_log, &at)?
         } else {
             top_log.clone()
@@ -298,7 +337,7 @@ pub fn resolve(
         for n in &site.names {
             if let Some(&j) = owner.get(n) {
                 return Err(ConfigError::Invalid {
-                    origin: format!("{}, setting names", site.origin),
+                    origin: site_setting(&site.origin, site_at, text, "names"),
                     message: format!(
                         "name {n:?} is also a name of {}: each name belongs to one site",
                         sites_origin(&sites, j)
@@ -398,6 +437,16 @@ fn files_only_key(s: &SiteFile, default_headers: bool) -> Option<&'static str> {
     }
 }
 
+/// Whether two addresses would take the same port: the same fixed port
+/// on the same address, or on the wildcard address of either's family
+/// (port 0 is a fresh port each time, so it never collides).
+fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && (a.ip() == b.ip()
+            || (a.is_ipv4() == b.is_ipv4() && (a.ip().is_unspecified() || b.ip().is_unspecified())))
+}
+
 fn sites_origin(sites: &[Site], i: usize) -> &str {
     sites.get(i).map_or("another site", |s| s.origin.as_str())
 }
@@ -428,8 +477,29 @@ fn trusted_sources(list: &[String], origin: &str) -> Result<Vec<IpNet>, ConfigEr
     Ok(nets)
 }
 
+/// Where a `[[site]]`'s setting `k` (`cert`, `[timeouts] send`) is: the
+/// site's `origin` with the setting's own line when the file has it on one
+/// (`site_at`: the byte offset of the `[[site]]`), else the site's line.
+fn site_setting(origin: &str, site_at: Option<usize>, text: &str, k: &str) -> String {
+    let (table, name) = match k.strip_prefix('[').and_then(|k| k.split_once("] ")) {
+        Some((t, n)) => (t, n),
+        None => ("", k),
+    };
+    let lines = site_at.and_then(|start| {
+        let own = super::file::site_key_line(text, start, table, name)?;
+        Some((super::file::line_of(text, start), own))
+    });
+    match lines {
+        Some((site, own)) if own != site => format!(
+            "{}, setting {k}",
+            origin.replacen(&format!("line {site} ("), &format!("line {own} ("), 1)
+        ),
+        _ => format!("{origin}, setting {k}"),
+    }
+}
+
 fn resolve_site(
-    origin: String,
+    (origin, site_at): (String, Option<usize>),
     s: SiteFile,
     (text, default_headers): (&str, Option<&HeadersFile>),
     limits: &Limits,
@@ -440,11 +510,13 @@ fn resolve_site(
     // A site from the command line or the file's top level: its keys are
     // top-level ones, named as such; a [[site]]'s are named in it.
     let top = !origin.contains("[[site]]");
+    // A [[site]]'s key is named with its own line when the file has it
+    // on one (else the [[site]]'s line).
     let at = |k: &str| {
         if top {
-            origins.of(k)
+            origins.of_in(k, text)
         } else {
-            format!("{origin}, setting {k}")
+            site_setting(&origin, site_at, text, k)
         }
     };
     let invalid = |k: &str, message: String| ConfigError::Invalid {
@@ -670,6 +742,7 @@ fn resolve_site(
     Ok(Site {
         acme: s.acme,
         cert_origin: at("cert"),
+        key_origin: at("key"),
         origin,
         names,
         certs,
@@ -798,7 +871,7 @@ mod tests {
         for (text, want) in [
             (
                 "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\n[[site]]\nnames = [\"A.TEST\"]\nroot = \"/y\"\n",
-                "line 4 ([[site]] #2), setting names: name \"a.test\" is also a name of config file /etc/t.toml, line 1",
+                "line 5 ([[site]] #2), setting names: name \"a.test\" is also a name of config file /etc/t.toml, line 1",
             ),
             (
                 "[[site]]\nnames = [\"a.test\"]\n",
@@ -830,7 +903,7 @@ mod tests {
             ),
             (
                 "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\n[site.timeouts]\nsend = 0\n",
-                "setting [timeouts] send: 0 is out of range",
+                "line 5 ([[site]] #1), setting [timeouts] send: 0 is out of range",
             ),
             (
                 "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\n[[site]]\nroot = \"/y\"\n",
@@ -842,7 +915,7 @@ mod tests {
             ),
             (
                 "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\ncert = [\"a\", \"b\"]\nkey = [\"k\", \"l\"]\nocsp = \"o.der\"\n",
-                "line 1 ([[site]] #1), setting ocsp: 1 OCSP response file(s) for 2 certificate file(s)",
+                "line 6 ([[site]] #1), setting ocsp: 1 OCSP response file(s) for 2 certificate file(s)",
             ),
             (
                 "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nocsp = \"o.der\"\n",
@@ -855,11 +928,11 @@ mod tests {
             ("listen = [\"nope\"]\nroot = \"/x\"\n", "line 1, setting listen"),
             (
                 "access_log = \"\"\nroot = \"/x\"\n",
-                "config file /etc/t.toml, setting access_log: an empty path",
+                "config file /etc/t.toml, line 1, setting access_log: an empty path",
             ),
             (
                 "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\naccess_log = \"\"\n",
-                "line 1 ([[site]] #1), setting access_log: an empty path",
+                "line 4 ([[site]] #1), setting access_log: an empty path",
             ),
             (
                 "proxy_from = [\"10.0.0.0/8\"]\nroot = \"/x\"\n",
@@ -871,7 +944,27 @@ mod tests {
             ),
             (
                 "root = \"/x\"\nopen_file_cache = 2000000\n",
-                "setting open_file_cache",
+                "config file /etc/t.toml, line 2, setting open_file_cache: 2000000 is out of range",
+            ),
+            (
+                "root = \"/x\"\n[limits]\nheaders = 0\n",
+                "config file /etc/t.toml, line 3, setting [limits] headers: 0 is out of range",
+            ),
+            (
+                "root = \"/x\"\n[timeouts]\nshutdown = 1e9\n",
+                "config file /etc/t.toml, line 3, setting [timeouts] shutdown: 1000000000 is out of range",
+            ),
+            (
+                "root = \"/x\"\nworkers = 5000\n",
+                "config file /etc/t.toml, line 2, setting workers: 5000 is out of range",
+            ),
+            (
+                "root = \"/x\"\nlisten = [\"127.0.0.1:8443\"]\nadmin = \"127.0.0.1:8443\"\n",
+                "config file /etc/t.toml, line 3, setting admin: admin address 127.0.0.1:8443 is also a listen address (127.0.0.1:8443)",
+            ),
+            (
+                "root = \"/x\"\nlisten = [\"0.0.0.0:443\"]\nadmin = \"127.0.0.1:443\"\n",
+                "setting admin: admin address 127.0.0.1:443 is also a listen address (0.0.0.0:443)",
             ),
         ] {
             let e = from_text(text).unwrap_err().to_string();
@@ -887,6 +980,18 @@ mod tests {
             "", ".", "a.*.b", "-a.b", "a b.c", "*", "*.com", "::1", "x.*",
         ] {
             assert!(check_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_admin_port_of_its_own_is_accepted() {
+        for (listen, admin) in [
+            ("127.0.0.1:8443", "127.0.0.1:9101"),
+            ("127.0.0.1:0", "127.0.0.1:0"),
+            ("[::1]:8443", "127.0.0.1:8443"),
+        ] {
+            let text = format!("root = \"/x\"\nlisten = [\"{listen}\"]\nadmin = \"{admin}\"\n");
+            assert!(from_text(&text).is_ok(), "{text}");
         }
     }
 

@@ -105,12 +105,20 @@ pub(super) enum Hit {
     Miss,
 }
 
-pub(super) fn get(root: u64, kind: Kind, name: &[u8]) -> Hit {
-    with(|c| c.get(root, kind, name, Instant::now())).unwrap_or(Hit::Miss)
+/// How long a lookup is trusted: a kept file's path, and a root's path
+/// (`root`), are looked at again once it has passed.
+pub fn valid() -> Duration {
+    Duration::from_nanos(VALID_NANOS.load(Relaxed))
 }
 
-pub(super) fn put(root: u64, kind: Kind, name: &[u8], file: Option<&OpenFile>) {
-    with(|c| c.put(root, kind, name, file, Instant::now()));
+/// What is kept of `name` beneath the root numbered `root`, at `now` (the
+/// lookup's one clock read).
+pub(super) fn get(root: u64, kind: Kind, name: &[u8], now: Instant) -> Hit {
+    with(|c| c.get(root, kind, name, now)).unwrap_or(Hit::Miss)
+}
+
+pub(super) fn put(root: u64, kind: Kind, name: &[u8], file: Option<&OpenFile>, now: Instant) {
+    with(|c| c.put(root, kind, name, file, now));
 }
 
 /// Close this worker's expired entries.

@@ -1,8 +1,9 @@
 //! The document root: turning a normalised request path into an open file,
 //! a redirect, or a directory listing — never anything outside the root.
 //!
-//! Every open is `openat2()` relative to a directory descriptor taken at
-//! startup, with `RESOLVE_BENEATH` (symlinks may not lead out of the root;
+//! Every open is `openat2()` relative to the root's open directory
+//! (`root`: shared by the sites that name it, followed to where its path
+//! leads now once `open_file_cache_valid` has passed), with `RESOLVE_BENEATH` (symlinks may not lead out of the root;
 //! `..` was already refused by `http::path`) and `RESOLVE_NO_MAGICLINKS`.
 //! Files are opened `O_NONBLOCK` so a FIFO cannot stall a worker, and only
 //! regular files are served.
@@ -25,23 +26,31 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::Instant;
 
 pub mod cache;
+mod root;
 use cache::{Hit, Kind};
-
-/// Each opened root's own number, so that the workers' caches never give
-/// one root's file for another's (nor, after a reload, the old root's).
-static ROOTS: AtomicU64 = AtomicU64::new(0);
+pub use root::open_roots;
+use root::{OpenDir, RootPath};
 
 /// Where files come from, and how strictly.
 pub struct DocRoot {
-    id: u64,
-    dir: OwnedFd,
-    path: PathBuf,
+    root: Arc<RootPath>,
     resolve: ResolveFlags,
     autoindex: bool,
+}
+
+/// A root's directory as one lookup sees it: taken once, so that a lookup
+/// (its fallback and siblings included) never mixes two releases.
+struct At {
+    dir: arc_swap::Guard<Arc<OpenDir>>,
+    /// The cache's key for this directory and these symlink rules (a file
+    /// reached through a link out of the root must not be served from the
+    /// cache to a site whose rules refuse that link).
+    key: u64,
+    now: Instant,
 }
 
 /// A regular file ready to send (shared with the worker's cache).
@@ -109,58 +118,68 @@ impl From<rustix::io::Errno> for FileError {
 pub enum RootError {
     #[error("cannot serve {path}: {source} (give an existing, readable directory)")]
     Open { path: PathBuf, source: io::Error },
+    #[error("cannot serve {path}: {source}: tlsfront has as many files open as its open-file limit allows; raise the limit (LimitNOFILE= in the systemd unit, ulimit -n in a shell)")]
+    ProcessFiles { path: PathBuf, source: io::Error },
+    #[error("cannot serve {path}: {source}: the system's open-file limit is reached; raise it (sysctl fs.file-max) or close files elsewhere")]
+    SystemFiles { path: PathBuf, source: io::Error },
     #[error("cannot serve {path}: this kernel lacks openat2() (Linux >= 5.6 needed for safe path resolution)")]
     NoOpenat2 { path: PathBuf },
 }
 
 impl DocRoot {
+    /// The root at `path`: the directory it leads to, shared with every
+    /// other site (and an earlier build's) that has it open already.
     pub fn open(
         path: &Path,
         follow_symlinks_outside: bool,
         autoindex: bool,
     ) -> Result<DocRoot, RootError> {
-        let path = path.canonicalize().map_err(|source| RootError::Open {
-            path: path.into(),
-            source,
-        })?;
-        let dir = rustix::fs::open(
-            &path,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| RootError::Open {
-            path: path.clone(),
-            source: e.into(),
-        })?;
         let resolve = if follow_symlinks_outside {
             ResolveFlags::NO_MAGICLINKS
         } else {
             ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS
         };
         let root = DocRoot {
-            id: ROOTS.fetch_add(1, Relaxed),
-            dir,
-            path,
+            root: RootPath::get(path)?,
             resolve,
             autoindex,
         };
-        match root.open_at(Path::new(".")) {
-            Err(rustix::io::Errno::NOSYS) => Err(RootError::NoOpenat2 { path: root.path }),
-            Err(e) => Err(RootError::Open {
-                path: root.path,
-                source: e.into(),
+        let at = root.at(Instant::now());
+        match root.open_at(&at, Path::new(".")) {
+            Err(rustix::io::Errno::NOSYS) => Err(RootError::NoOpenat2 {
+                path: at.dir.path.clone(),
             }),
+            Err(e) => Err(root::root_error(&at.dir.path, e.into())),
             Ok(_) => Ok(root),
         }
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// The directory served now.
+    pub fn path(&self) -> PathBuf {
+        self.root.current_path()
     }
 
-    fn open_at(&self, rel: &Path) -> Result<OwnedFd, rustix::io::Errno> {
+    /// The directory to look beneath, at `now` (the one clock read of a
+    /// lookup, shared with the cache).
+    fn at(&self, now: Instant) -> At {
+        self.at_within(now, cache::valid())
+    }
+
+    /// As [`DocRoot::at`], with the root's path looked at again once
+    /// `valid` has passed.
+    fn at_within(&self, now: Instant, valid: std::time::Duration) -> At {
+        let dir = self.root.current(now, valid);
+        let follows = !self.resolve.contains(ResolveFlags::BENEATH);
+        At {
+            key: dir.id << 1 | u64::from(follows),
+            dir,
+            now,
+        }
+    }
+
+    fn open_at(&self, at: &At, rel: &Path) -> Result<OwnedFd, rustix::io::Errno> {
         rustix::fs::openat2(
-            &self.dir,
+            &at.dir.fd,
             rel,
             OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK,
             Mode::empty(),
@@ -173,6 +192,28 @@ impl DocRoot {
         self.lookup_coded(path, None, &[])
     }
 
+    /// Resolve a request path as [`DocRoot::lookup_coded`] does; `lookup`
+    /// of the request's fallback if the path is not there (`NotFound`).
+    pub fn lookup_or(
+        &self,
+        path: &NormPath,
+        fallback: Option<&NormPath>,
+        accept: Option<&str>,
+        offered: &[Encoding],
+    ) -> Result<(Lookup, bool), FileError> {
+        let at = self.at(Instant::now());
+        let found = self.lookup_coded_at(&at, path, accept, offered);
+        match (found, fallback) {
+            (Err(FileError::NotFound), Some(fb)) => {
+                match self.lookup_coded_at(&at, fb, accept, offered) {
+                    Ok(Lookup::File(f)) => Ok((Lookup::File(f), true)),
+                    _ => Err(FileError::NotFound),
+                }
+            }
+            (found, _) => found.map(|l| (l, false)),
+        }
+    }
+
     /// Resolve a request path, and if it names a regular file, send instead
     /// the precompressed sibling of the coding `accept` (the request's
     /// `Accept-Encoding`) prefers among `offered`, where one is there.
@@ -182,7 +223,17 @@ impl DocRoot {
         accept: Option<&str>,
         offered: &[Encoding],
     ) -> Result<Lookup, FileError> {
-        let found = self.lookup_plain(path)?;
+        self.lookup_coded_at(&self.at(Instant::now()), path, accept, offered)
+    }
+
+    fn lookup_coded_at(
+        &self,
+        at: &At,
+        path: &NormPath,
+        accept: Option<&str>,
+        offered: &[Encoding],
+    ) -> Result<Lookup, FileError> {
+        let found = self.lookup_plain(at, path)?;
         let Lookup::File(file) = found else {
             return Ok(found);
         };
@@ -199,7 +250,7 @@ impl DocRoot {
         let base = name.len();
         for enc in codings {
             name.push(enc.suffix());
-            if let Some(sibling) = self.sibling(Path::new(&name), enc) {
+            if let Some(sibling) = self.sibling(at, Path::new(&name), enc) {
                 return Ok(Lookup::File(sibling));
             }
             // Back to the file's own name (suffixes are ASCII).
@@ -213,20 +264,20 @@ impl DocRoot {
     /// The precompressed sibling `name`, if it is a regular file we may
     /// open (a missing one, a directory, or a symlink the root's rules
     /// refuse all mean the file itself is sent).
-    fn sibling(&self, name: &Path, enc: Encoding) -> Option<OpenFile> {
+    fn sibling(&self, at: &At, name: &Path, enc: Encoding) -> Option<OpenFile> {
         let key = name.as_os_str().as_encoded_bytes();
-        match cache::get(self.id, Kind::Sibling, key) {
+        match cache::get(at.key, Kind::Sibling, key, at.now) {
             Hit::File(f) => return Some(f),
             Hit::Absent => return None,
             Hit::Miss => {}
         }
-        let found = self.sibling_uncached(name, enc);
-        cache::put(self.id, Kind::Sibling, key, found.as_ref());
+        let found = self.sibling_uncached(at, name, enc);
+        cache::put(at.key, Kind::Sibling, key, found.as_ref(), at.now);
         found
     }
 
-    fn sibling_uncached(&self, name: &Path, enc: Encoding) -> Option<OpenFile> {
-        let fd = self.open_at(name).ok()?;
+    fn sibling_uncached(&self, at: &At, name: &Path, enc: Encoding) -> Option<OpenFile> {
+        let fd = self.open_at(at, name).ok()?;
         let st = rustix::fs::fstat(&fd).ok()?;
         if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
             return None;
@@ -250,37 +301,38 @@ impl DocRoot {
     /// Why a site's `fallback` cannot answer, if it cannot now (it may be
     /// put in place later, so this is a warning, not an error).
     pub fn fallback_problem(&self, fallback: &NormPath) -> Option<String> {
-        let at = self.path.join(fallback.to_relative());
-        match self.lookup_plain(fallback) {
+        let at = self.at(Instant::now());
+        let shown = at.dir.path.join(fallback.to_relative());
+        match self.lookup_plain(&at, fallback) {
             Ok(Lookup::File(_)) => None,
             Ok(_) => Some(format!(
                 "fallback {} is a directory: paths that do not exist get 404 until it names a file",
-                at.display()
+                shown.display()
             )),
             Err(e) => Some(format!(
                 "fallback {} cannot be served ({e}): paths that do not exist get 404 until it can",
-                at.display()
+                shown.display()
             )),
         }
     }
 
-    fn lookup_plain(&self, path: &NormPath) -> Result<Lookup, FileError> {
+    fn lookup_plain(&self, at: &At, path: &NormPath) -> Result<Lookup, FileError> {
         let kind = Kind::Path {
             trailing_slash: path.trailing_slash,
         };
-        if let Hit::File(f) = cache::get(self.id, kind, path.as_bytes()) {
+        if let Hit::File(f) = cache::get(at.key, kind, path.as_bytes(), at.now) {
             return Ok(Lookup::File(f));
         }
-        let found = self.lookup_uncached(path)?;
+        let found = self.lookup_uncached(at, path)?;
         if let Lookup::File(f) = &found {
-            cache::put(self.id, kind, path.as_bytes(), Some(f));
+            cache::put(at.key, kind, path.as_bytes(), Some(f), at.now);
         }
         Ok(found)
     }
 
-    fn lookup_uncached(&self, path: &NormPath) -> Result<Lookup, FileError> {
+    fn lookup_uncached(&self, at: &At, path: &NormPath) -> Result<Lookup, FileError> {
         let rel = path.to_relative();
-        let fd = self.open_at(rel)?;
+        let fd = self.open_at(at, rel)?;
         let st = rustix::fs::fstat(&fd)?;
         let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
         match kind {
@@ -297,7 +349,7 @@ impl DocRoot {
                     url.trailing_slash = true;
                     return Ok(Lookup::Redirect(url.to_url()));
                 }
-                match self.open_at(&rel.join("index.html")) {
+                match self.open_at(at, &rel.join("index.html")) {
                     Ok(ifd) => {
                         let ist = rustix::fs::fstat(&ifd)?;
                         if rustix::fs::FileType::from_raw_mode(ist.st_mode)
@@ -693,7 +745,7 @@ mod tests {
     #[test]
     fn what_a_hit_cannot_see_waits_for_the_entry_to_expire() {
         use crate::http::encoding::Encoding::Gzip;
-        use std::time::{Duration, Instant};
+        use std::time::Duration;
         let valid = Duration::from_secs(3600);
         cache::install_for_test(100, valid);
         let (root, _o) = setup();
@@ -718,9 +770,10 @@ mod tests {
         // Expiry itself, and the bound on entries.
         let mut c = cache::Cache::new(2, valid);
         let now = Instant::now();
+        let id = r.at(now).key;
         let f = file(look(&r, "/a.txt"));
         c.put(
-            r.id,
+            id,
             Kind::Path {
                 trailing_slash: false,
             },
@@ -731,18 +784,70 @@ mod tests {
         let kind = Kind::Path {
             trailing_slash: false,
         };
-        assert!(matches!(c.get(r.id, kind, b"a.txt", now), Hit::File(_)));
-        assert!(matches!(
-            c.get(r.id, kind, b"a.txt", now + valid),
-            Hit::Miss
-        ));
+        assert!(matches!(c.get(id, kind, b"a.txt", now), Hit::File(_)));
+        assert!(matches!(c.get(id, kind, b"a.txt", now + valid), Hit::Miss));
         assert_eq!(c.len(), 0, "an expired entry is let go");
         for name in [&b"x"[..], b"y", b"z"] {
-            c.put(r.id, kind, name, Some(&f), now);
+            c.put(id, kind, name, Some(&f), now);
         }
         assert_eq!(c.len(), 2);
-        c.put(r.id, kind, b"z", Some(&f), now + valid);
+        c.put(id, kind, b"z", Some(&f), now + valid);
         assert_eq!(c.len(), 1, "a full cache sweeps before it takes an entry");
+        cache::install_for_test(0, Duration::ZERO);
+    }
+
+    #[test]
+    fn sites_on_one_root_share_its_directory_not_each_others_links() {
+        use std::time::Duration;
+        cache::install_for_test(100, Duration::from_secs(3600));
+        let (root, _o) = setup();
+        let roots: Vec<DocRoot> = (0..50)
+            .map(|i| DocRoot::open(root.path(), i % 2 == 0, i % 3 == 0).unwrap())
+            .collect();
+        // One directory (one descriptor), however many sites and rules.
+        let now = Instant::now();
+        let first = roots[0].at(now).dir;
+        assert!(roots.iter().all(|r| Arc::ptr_eq(&r.at(now).dir, &first)));
+        assert!(open_roots() >= 1);
+        // A site that follows links out of the root caches what it found
+        // there; one that does not is not given it from the cache.
+        let (follows, beneath) = (&roots[0], &roots[1]);
+        assert!(matches!(look(follows, "/out").unwrap(), Lookup::File(_)));
+        assert!(matches!(look(beneath, "/out"), Err(FileError::Forbidden)));
+        // The same rules share the cache.
+        let a = file(look(&roots[1], "/a.txt"));
+        assert!(Arc::ptr_eq(&a.file, &file(look(&roots[3], "/a.txt")).file));
+        cache::install_for_test(0, Duration::ZERO);
+    }
+
+    #[test]
+    fn a_root_switched_by_symlink_is_served_after_valid() {
+        use std::time::Duration;
+        let d = tempfile::tempdir().unwrap();
+        for (rel, body) in [("release-1", "one"), ("release-2", "two!")] {
+            std::fs::create_dir(d.path().join(rel)).unwrap();
+            std::fs::write(d.path().join(rel).join("v.txt"), body).unwrap();
+        }
+        let link = d.path().join("current");
+        std::os::unix::fs::symlink("release-1", &link).unwrap();
+        let valid = Duration::from_secs(3600);
+        cache::install_for_test(100, valid);
+        let r = DocRoot::open(&link, false, false).unwrap();
+        let t0 = Instant::now();
+        let size = |t: Instant| match r
+            .lookup_plain(&r.at_within(t, valid), &normalize("/v.txt").unwrap())
+        {
+            Ok(Lookup::File(f)) => f.size,
+            _ => panic!("not a file"),
+        };
+        assert_eq!(size(t0), 3);
+        std::os::unix::fs::symlink("release-2", d.path().join("tmp")).unwrap();
+        std::fs::rename(d.path().join("tmp"), &link).unwrap();
+        assert_eq!(size(t0), 3, "the root is not looked at on every request");
+        // Once valid has passed: the new release, not the old release's
+        // kept file (the cache is keyed by the directory).
+        assert_eq!(size(t0 + valid), 4);
+        assert_eq!(r.path(), d.path().join("release-2").canonicalize().unwrap());
         cache::install_for_test(0, Duration::ZERO);
     }
 

@@ -42,6 +42,7 @@ pub fn reason(status: u16) -> &'static str {
         408 => "Request Timeout",
         412 => "Precondition Failed",
         417 => "Expectation Failed",
+        421 => "Misdirected Request",
         413 => "Content Too Large",
         414 => "URI Too Long",
         416 => "Range Not Satisfiable",

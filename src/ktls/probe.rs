@@ -144,11 +144,26 @@ impl Support {
 
     /// The one-line verdict printed at startup.
     pub fn summary(&self) -> String {
+        self.line(true)
+    }
+
+    /// The verdict without what a server does about it (for `--ktls
+    /// require`, which refuses to start instead of serving).
+    pub fn verdict(&self) -> String {
+        self.line(false)
+    }
+
+    fn line(&self, serving: bool) -> String {
+        let tail = if serving {
+            " - serving with user-space TLS"
+        } else {
+            ""
+        };
         if self.disabled {
-            return "kTLS: off (--ktls off) - serving with user-space TLS".into();
+            return format!("kTLS: off (--ktls off){tail}");
         }
         if let Err(e) = &self.ulp {
-            return format!("kTLS: unavailable ({e}) - serving with user-space TLS");
+            return format!("kTLS: unavailable ({e}){tail}");
         }
         let mut parts = Vec::new();
         for v in Version::ALL.iter().rev() {
@@ -162,7 +177,9 @@ impl Support {
             }
         }
         if parts.is_empty() {
-            return "kTLS: unavailable (the kernel refused every cipher: run 'tlsfront check') - serving with user-space TLS".into();
+            return format!(
+                "kTLS: unavailable (the kernel refused every cipher: run 'tlsfront check'){tail}"
+            );
         }
         let mut line = format!("kTLS: on for {}", parts.join("; "));
         let off: Vec<String> = Version::ALL
@@ -175,9 +192,31 @@ impl Support {
             let _ = write!(line, "; user-space TLS for {}", off.join(", "));
         }
         if !self.rekey {
-            line.push_str("; TLS1.3 KeyUpdate ends the connection (kernel < 6.14)");
+            line.push_str("; TLS1.3 KeyUpdate ends the connection (");
+            line.push_str(self.rekey_missing());
+            line.push(')');
         }
         line
+    }
+}
+
+impl Support {
+    /// Why a TLS 1.3 KeyUpdate cannot be followed: no kTLS at all here (the
+    /// `tls` module, or offload switched off), or a kernel without rekeying
+    /// (Linux < 6.14).
+    pub fn rekey_missing(&self) -> &'static str {
+        if self.disabled {
+            "kTLS is off"
+        } else if self.ulp.is_err() {
+            "the kernel's tls module is not loaded, so there is no kTLS to rekey: 'modprobe tls'"
+        } else if self
+            .cell(Version::Tls13, Cipher::Aes128Gcm, Direction::Tx)
+            .is_err()
+        {
+            "TLS1.3 is not offloaded here, so there is nothing to rekey"
+        } else {
+            "the kernel cannot replace TLS1.3 keys: that needs Linux >= 6.14"
+        }
     }
 }
 
@@ -225,6 +264,26 @@ mod tests {
         } else {
             assert!(s.summary().starts_with("kTLS: "));
         }
+    }
+
+    #[test]
+    fn without_the_tls_module_the_module_is_blamed_and_require_does_not_serve() {
+        let mut s = Support::probe_less();
+        s.kernel = "6.18.0".into();
+        s.ulp = Err(ULP_FIX.into());
+        assert!(
+            s.rekey_missing().contains("tls module is not loaded"),
+            "{}",
+            s.rekey_missing()
+        );
+        assert!(!s.rekey_missing().contains("6.14"));
+        assert!(s.summary().ends_with("- serving with user-space TLS"));
+        assert!(!s.verdict().contains("serving"), "{}", s.verdict());
+        // With the ULP and TLS 1.3 offloaded, only the kernel version is left.
+        s.ulp = Ok(());
+        s.cells
+            .insert((Version::Tls13, Cipher::Aes128Gcm, Direction::Tx), Ok(()));
+        assert!(s.rekey_missing().contains("Linux >= 6.14"));
     }
 
     #[test]

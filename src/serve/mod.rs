@@ -5,7 +5,9 @@
 //! to each request (files with ranges and preconditions, redirects,
 //! listings, errors). Buffers exist only while a request is being read or
 //! answered; file bodies go out through the transport's `send_file`
-//! (`sendfile()` on kTLS).
+//! (`sendfile()` on kTLS). Each request's Host is checked against the
+//! site the SNI chose (`route`: 421 for another site's name; without SNI,
+//! the Host picks the static site).
 
 use crate::config::settings::{Files, Site};
 use crate::config::{secs, Limits, Timeouts};
@@ -19,10 +21,12 @@ use crate::http::request::{self, Body, Expect, HeadLimits, Method, RequestHead};
 use crate::http::response::{error_page, Reply};
 use crate::http::site_headers::SiteHeaders;
 use crate::lograte::LogLimit;
+use crate::server::sites::{SiteJob, SiteRt};
 use crate::server::timer::timeout_at;
 use crate::server::{ConnInfo, Front, Tls};
 use crate::transport::{close_and_linger, Transport, TransportError};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -86,8 +90,8 @@ impl StaticFiles {
         })
     }
 
-    /// The document root, as opened.
-    pub fn root_path(&self) -> &std::path::Path {
+    /// The directory the document root leads to now.
+    pub fn root_path(&self) -> std::path::PathBuf {
         self.root.path()
     }
 
@@ -316,7 +320,8 @@ async fn request<T: Transport>(
     s: &mut Session,
     stop: &watch::Receiver<bool>,
 ) -> Option<End> {
-    let cfg = &cx.files.cfg;
+    // The head is read under the connection's site's limits; what follows,
+    // under those of the site that answers.
     let (limits, header_timeout) = (s.limits, s.header_timeout);
     cx.headers.store(0, Relaxed);
     // Read until a whole request head is buffered.
@@ -362,6 +367,46 @@ async fn request<T: Transport>(
             });
         }
     };
+    // The Host picks the site that answers, or refuses the request: see
+    // `route`. Another site's context lives as long as the request.
+    let mut misdirected = false;
+    let mut elsewhere = None;
+    match route(cx, head.host.as_deref()) {
+        Route::Here => {}
+        Route::Misdirected => misdirected = true,
+        Route::There(site) => {
+            let info = ConnInfo {
+                site: site.label.clone(),
+                metrics: site
+                    .metrics
+                    .get_or_init(|| cx.front.metrics.site(&site.label))
+                    .clone(),
+                log: site.access_log.clone(),
+                ..cx.info.clone()
+            };
+            elsewhere = Some((site, info));
+        }
+    }
+    let there;
+    let cx = match &elsewhere {
+        Some((site, info)) => match &site.job {
+            SiteJob::Files(files) => {
+                there = Ctx {
+                    files,
+                    front: cx.front,
+                    headers: AtomicUsize::new(0),
+                    site: &info.metrics,
+                    info,
+                    sent: Sent::default(),
+                };
+                &there
+            }
+            // `route` sends a request to static sites only.
+            SiteJob::Proxy(_) => cx,
+        },
+        None => cx,
+    };
+    let cfg = &cx.files.cfg;
     if cx.info.log.is_some() {
         s.logged.clear();
         s.logged.extend_from_slice(&s.buf[..head.head_len]);
@@ -374,7 +419,12 @@ async fn request<T: Transport>(
         head.method == Method::Head,
         head.keep_alive && s.served + 1 < cfg.limits.keepalive_requests && !*stop.borrow(),
     );
-    let result = match refusal(&head, cfg.limits.body) {
+    let refused = if misdirected {
+        Some((421, &[][..]))
+    } else {
+        refusal(&head, cfg.limits.body)
+    };
+    let result = match refused {
         Some((status, extra)) => {
             // Refused before its body is read (a client waiting for
             // `100 Continue` is answered at once); the body, unread,
@@ -468,6 +518,57 @@ async fn discard_body<T: Transport>(
 
 /// The interim response to `Expect: 100-continue`.
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// Which site answers a request.
+enum Route {
+    /// The connection's own.
+    Here,
+    /// Another static site: the connection came without SNI, and its Host
+    /// names that site.
+    There(Arc<SiteRt>),
+    /// `421 Misdirected Request` (RFC 9110 §15.5.20).
+    Misdirected,
+}
+
+/// Which site answers a request for `host`, Caddy's `strict_sni_host`
+/// with nginx's routing of clients without SNI:
+/// - a Host that is none of the configured names (an IP address, an
+///   unknown name), or none at all (HTTP/1.0): the connection's site, as
+///   the SNI (or its absence) chose it;
+/// - a Host that picks the connection's own site (any of its names, exact
+///   or by its wildcard): that site;
+/// - a Host that picks another site, on a connection with SNI: 421. The
+///   client reached the certificate and settings of the SNI's site, and
+///   another site's files must not be served under them; the client may
+///   retry on a new connection with the right SNI.
+/// - a Host that picks another site, on a connection without SNI (an IP
+///   URL, a health check): that site, when it serves files; a backend
+///   cannot take over a connection begun here, so 421.
+///
+/// Names are looked up in the sites as they are now (a reload may have
+/// changed them); a site is the connection's own when it has the same
+/// label (its first name, unique).
+fn route(cx: &Ctx<'_>, host: Option<&str>) -> Route {
+    let Some(host) = host else {
+        return Route::Here;
+    };
+    let sni = cx.info.sni.as_deref();
+    // The common case, without a look-up: the Host is the SNI.
+    if sni.is_some_and(|n| n.strip_suffix('.').unwrap_or(n) == host) {
+        return Route::Here;
+    }
+    let sites = cx.front.sites.load();
+    let Some(site) = sites.named(host) else {
+        return Route::Here;
+    };
+    if site.label == cx.info.site {
+        return Route::Here;
+    }
+    match (&site.job, sni) {
+        (SiteJob::Files(_), None) => Route::There(site.clone()),
+        _ => Route::Misdirected,
+    }
+}
 
 /// A request refused whatever its target, so before its body is read: an
 /// expectation we cannot meet (417), a method we do not serve (405), a body
@@ -568,22 +669,17 @@ async fn respond<T: Transport>(
 fn lookup(cx: &Ctx<'_>, req: &RequestHead, norm: &path::NormPath) -> Result<Lookup, FileError> {
     let cfg = &cx.files.cfg;
     let accept = req.accept_encoding.as_deref();
-    let found = cx.files.root.lookup_coded(norm, accept, &cfg.precompressed);
-    match (&found, &cfg.fallback) {
-        (Err(FileError::NotFound), Some(fb)) => {
-            match cx.files.root.lookup_coded(fb, accept, &cfg.precompressed) {
-                Ok(Lookup::File(f)) => {
-                    // Headers follow the file sent: a missing
-                    // `/assets/x.js` answered with `/index.html` must not
-                    // get the assets' `immutable`.
-                    cx.headers.store(cfg.headers.which(Some(fb)), Relaxed);
-                    Ok(Lookup::File(f))
-                }
-                _ => found,
-            }
-        }
-        _ => found,
+    // One look at the root for both: a request never mixes two releases.
+    let (found, fell_back) =
+        cx.files
+            .root
+            .lookup_or(norm, cfg.fallback.as_ref(), accept, &cfg.precompressed)?;
+    if let (true, Some(fb)) = (fell_back, &cfg.fallback) {
+        // Headers follow the file sent: a missing `/assets/x.js` answered
+        // with `/index.html` must not get the assets' `immutable`.
+        cx.headers.store(cfg.headers.which(Some(fb)), Relaxed);
     }
+    Ok(found)
 }
 
 /// Bodies up to this size are read into the head's buffer and written with

@@ -105,7 +105,7 @@ pub enum StartError {
     Site { origin: String, message: String },
     #[error("setting ticket_keys: {0}")]
     TicketKeys(#[from] crate::tls::tickets::TicketKeyError),
-    #[error("--ktls require: {0}")]
+    #[error("ktls = \"require\" (--ktls require): {0}")]
     KtlsRequired(String),
     #[error("cannot listen on {addr}: {source}{hint}")]
     Bind {
@@ -152,15 +152,15 @@ pub enum Role {
 pub type Reload = Box<dyn Fn() -> Result<Settings, ConfigError>>;
 
 /// Probe the kernel as the settings ask.
-fn ktls_support(mode: KtlsMode) -> Result<Support, StartError> {
+pub(crate) fn ktls_support(mode: KtlsMode) -> Result<Support, StartError> {
     let support = match mode {
         KtlsMode::Off => Support::disabled(),
         _ => Support::probe(),
     };
     if mode == KtlsMode::Require && !support.fully_usable() {
         return Err(StartError::KtlsRequired(format!(
-            "{} (run 'tlsfront check' for the fix)",
-            support.summary()
+            "{}: refusing to start (run 'tlsfront check' for the fix, or set ktls = \"auto\")",
+            support.verdict()
         )));
     }
     Ok(support)
@@ -487,7 +487,7 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
         settings.limits.connections,
         workers,
         sites.fds_per_connection(),
-        FD_RESERVE + (cache as u64).saturating_mul(workers as u64),
+        FD_RESERVE + crate::files::open_roots() + (cache as u64).saturating_mul(workers as u64),
         fds,
     );
     let (
@@ -714,8 +714,9 @@ fn reload_sites(
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
 }
 
-/// Descriptors beside the connections: listeners, epoll, eventfds, the
-/// document root, standard streams.
+/// Descriptors beside the connections: listeners, epoll, eventfds,
+/// standard streams (the document roots' directories, one per distinct
+/// directory, are counted beside it).
 const FD_RESERVE: u64 = 64;
 
 /// Open connections per worker: the limit as set, or else as many as the

@@ -1,7 +1,8 @@
 //! The sites the listeners front, as the workers see them: each site's TLS
 //! configuration and service, and the lookup from the name a ClientHello
 //! asks for (SNI) to its site: the exact name, then the wildcard one label
-//! up, then the default site (or a refusal, as configured). Built whole
+//! up (a trailing dot ignored), then the default site (or a refusal, as
+//! configured); a request's Host is looked up the same way. Built whole
 //! from the settings at start and on every reload, then swapped in at once.
 
 use crate::config::cert;
@@ -21,8 +22,12 @@ pub(crate) struct Sites {
     /// What they were built from (an ACME issuance rebuilds from it).
     pub settings: Settings,
     list: Vec<Arc<SiteRt>>,
-    /// Lower-case names (`*.example.com` for wildcards) → index in `list`.
+    /// Lower-case names → index in `list`.
     names: HashMap<String, usize>,
+    /// Wildcards, by the name under the `*.` (`example.com` for
+    /// `*.example.com`) → index in `list`: looked up per request without
+    /// building a string.
+    wildcards: HashMap<String, usize>,
     default: usize,
     reject_unknown: bool,
     /// Trusted sources of a PROXY header before TLS (`None`: none read).
@@ -87,6 +92,7 @@ impl Sites {
     ) -> Result<Sites, StartError> {
         let mut list = Vec::with_capacity(settings.sites.len());
         let mut names = HashMap::new();
+        let mut wildcards = HashMap::new();
         let mut ocsp_recheck: Option<SystemTime> = None;
         for (i, site) in settings.sites.iter().enumerate() {
             let (tls, acme, expiry) = if site.acme {
@@ -109,7 +115,10 @@ impl Sites {
                     }
                 })?;
             for n in &site.names {
-                names.insert(n.clone(), i);
+                match n.strip_prefix("*.") {
+                    Some(parent) => wildcards.insert(parent.to_string(), i),
+                    None => names.insert(n.clone(), i),
+                };
             }
             list.push(Arc::new(SiteRt {
                 settings: site.clone(),
@@ -129,6 +138,7 @@ impl Sites {
             settings: settings.clone(),
             list,
             names,
+            wildcards,
             default,
             reject_unknown: settings.unknown_names == UnknownNames::Reject,
             accept_proxy: settings.accept_proxy.clone(),
@@ -139,18 +149,26 @@ impl Sites {
 
     /// The site for a ClientHello that asks for `sni`.
     pub fn choose(&self, sni: Option<&str>) -> Result<&Arc<SiteRt>, Refusal> {
-        let found = sni.and_then(|n| {
-            self.names.get(n).or_else(|| {
-                // One label up: a.b.example.com matches *.b.example.com only.
-                let (_, parent) = n.split_once('.')?;
-                self.names.get(&format!("*.{parent}"))
-            })
-        });
-        match found {
-            Some(&i) => self.list.get(i).ok_or(Refusal::UnknownName),
+        match sni.and_then(|n| self.named(n)) {
+            Some(site) => Ok(site),
             None if self.reject_unknown => Err(Refusal::UnknownName),
             None => self.list.get(self.default).ok_or(Refusal::UnknownName),
         }
+    }
+
+    /// The site one of whose names is `name` (lower-case, as the
+    /// ClientHello parser and the request's Host give it): the exact name,
+    /// else the wildcard one label up. A trailing dot (the absolute form,
+    /// `example.com.`) is the same name, as nginx takes it. The SNI and
+    /// the Host of a request are looked up alike.
+    pub fn named(&self, name: &str) -> Option<&Arc<SiteRt>> {
+        let name = name.strip_suffix('.').unwrap_or(name);
+        let i = self.names.get(name).or_else(|| {
+            // One label up: a.b.example.com matches *.b.example.com only.
+            let (_, parent) = name.split_once('.')?;
+            self.wildcards.get(parent)
+        })?;
+        self.list.get(*i)
     }
 
     pub fn len(&self) -> usize {
@@ -310,7 +328,10 @@ fn site_tls(
     let mut recheck = None;
     let now = SystemTime::now();
     for (i, (c, k)) in site.certs.iter().enumerate() {
-        let id = cert::load(Some(c), Some(k)).map_err(|e| in_site(&e))?;
+        let id = cert::load(Some(c), Some(k)).map_err(|e| StartError::Site {
+            origin: site.origin_of(&e).to_string(),
+            message: e.to_string(),
+        })?;
         let shown = format!(
             "certificate {} (SHA-256 {}){for_names}",
             id.cert_path.display(),
@@ -318,16 +339,13 @@ fn site_tls(
         );
         let key = shared
             .certified_key(id.chain, id.key)
-            .map_err(|e| in_site(&format!("{} and {}: {e}", c.display(), k.display())))?;
-        for n in &site.names {
-            if !cert::covers(&key.cert[0], n) {
-                say(format!(
-                    "warning: {}: certificate {} does not cover the name {n}: clients that \
-                     check it will refuse the connection",
-                    site.origin,
-                    c.display()
-                ));
-            }
+            .map_err(|e| StartError::Site {
+                origin: site.key_origin.clone(),
+                message: cert::mismatch(c, k, &e),
+            })?;
+        // A warning here and in `config check` alike (cert::uncovered).
+        for w in cert::uncovered(&key.cert[0], c, &site.names) {
+            say(format!("warning: {}: {w}", site.origin));
         }
         say(shown);
         if let Some(t) = not_after(&key) {
@@ -417,6 +435,13 @@ mod tests {
         assert_eq!(site_of(&s, Some("z.y.a.test")).unwrap(), "c.test");
         assert_eq!(site_of(&s, Some("other.test")).unwrap(), "c.test");
         assert_eq!(site_of(&s, None).unwrap(), "c.test");
+        // The absolute form (a trailing dot) is the same name.
+        assert_eq!(site_of(&s, Some("x.a.test.")).unwrap(), "x.a.test");
+        assert_eq!(site_of(&s, Some("y.a.test.")).unwrap(), "a.test");
+        assert_eq!(site_of(&s, Some("a.test..")).unwrap(), "c.test");
+        assert_eq!(site_of(&s, Some(".")).unwrap(), "c.test");
+        assert!(s.named("other.test").is_none());
+        assert_eq!(s.named("b.test.").unwrap().label.as_ref(), "x.a.test");
         assert!(s.answers_plain_http);
         assert_eq!(s.fds_per_connection(), Proxy::FDS_PER_CONNECTION);
     }

@@ -11,10 +11,39 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tlsfront");
+
+/// How long a test waits for an event it expects (a line, an exit, a
+/// file, a port) before it fails saying what it waited for. A safety net
+/// only: every wait ends as soon as its event comes, so this bound is
+/// set for a shared, loaded machine, not for a quick failure.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// Poll `check` every 20 ms until it gives a value; fail after `limit`,
+/// naming `what` was awaited and what `check` last saw (`last`).
+pub fn wait_until<T>(
+    limit: Duration,
+    what: impl std::fmt::Display,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        let last = match check() {
+            Ok(v) => return v,
+            Err(last) => last,
+        };
+        assert!(
+            Instant::now() < deadline,
+            "waited {limit:?} for {what}; last seen: {last}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 
 /// File sizes every body test covers: record boundaries around 16 KiB, and
 /// either side of the largest body written with its head (2048) rather
@@ -193,7 +222,15 @@ pub struct Server {
     pub startup: Vec<String>,
     /// Everything the server wrote to stderr so far (its log); also
     /// passed on to the test's stderr.
-    log: std::sync::Arc<Mutex<String>>,
+    log: Arc<Mutex<String>>,
+    /// What the server wrote to stdout after its start-up lines, so far.
+    out: Arc<Mutex<String>>,
+    /// The threads that read the server's stdout and stderr: each ends at
+    /// EOF, when every process holding the pipe (the server, and any
+    /// process it started with its stdout, such as an upgrade's new
+    /// process) has exited. Joined by `stop`, so that nothing the server
+    /// wrote before exiting is missed.
+    readers: Vec<JoinHandle<()>>,
 }
 
 impl Server {
@@ -310,10 +347,10 @@ impl Server {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("start tlsfront");
-        let log = std::sync::Arc::new(Mutex::new(String::new()));
+        let log = Arc::new(Mutex::new(String::new()));
         let err = child.stderr.take().unwrap();
         let sink = log.clone();
-        std::thread::spawn(move || {
+        let err_reader = std::thread::spawn(move || {
             for line in BufReader::new(err).lines().map_while(Result::ok) {
                 eprintln!("{line}");
                 let mut log = sink.lock().unwrap();
@@ -325,7 +362,7 @@ impl Server {
         // nothing cannot hold the test past the deadline.
         let out = BufReader::new(child.stdout.take().unwrap());
         let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
-        std::thread::spawn(move || {
+        let out_reader = std::thread::spawn(move || {
             for line in out.lines().map_while(Result::ok) {
                 if lines_tx.send(line).is_err() {
                     break;
@@ -334,7 +371,7 @@ impl Server {
         });
         let mut startup = Vec::new();
         let mut port = 0;
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + WAIT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let Ok(line) = lines.recv_timeout(left) else {
@@ -355,48 +392,100 @@ impl Server {
         if port == 0 {
             let _ = child.kill();
         }
-        assert!(port != 0, "tlsfront did not start within 30 s: {startup:?}");
+        assert!(
+            port != 0,
+            "tlsfront did not start within {WAIT:?} (or its output ended): {startup:?}"
+        );
         // Keep draining stdout so the server never blocks on it; keep the
-        // text for `stop`.
-        let rest = std::sync::Arc::new(Mutex::new(String::new()));
-        let sink = rest.clone();
-        std::thread::spawn(move || {
+        // text for `output` and `stop`. This thread ends once the reader
+        // above has met EOF and every line it read is in `out`.
+        let out = Arc::new(Mutex::new(String::new()));
+        let sink = out.clone();
+        let drain = std::thread::spawn(move || {
             for line in lines {
-                let mut rest = sink.lock().unwrap();
-                rest.push_str(&line);
-                rest.push('\n');
+                let mut out = sink.lock().unwrap();
+                out.push_str(&line);
+                out.push('\n');
             }
         });
-        REST.lock().unwrap().insert(port, rest);
         Server {
             child,
             port,
             data,
             startup,
             log,
+            out,
+            readers: vec![err_reader, out_reader, drain],
         }
     }
 
     /// What the server wrote to stdout after its start-up lines, so far.
     pub fn output(&self) -> String {
-        REST.lock()
-            .unwrap()
-            .get(&self.port)
-            .map(|r| r.lock().unwrap().clone())
-            .unwrap_or_default()
+        self.out.lock().unwrap().clone()
     }
 
-    /// Wait (up to 20 s) until stdout after start-up holds `count`
-    /// occurrences of `text`; the output then.
-    pub fn wait_for_output(&self, text: &str, count: usize) -> String {
-        let deadline = Instant::now() + Duration::from_secs(20);
+    /// Have the server's stdout and stderr both reached EOF (all it wrote
+    /// is in `output` and `log`)?
+    fn at_eof(&self) -> bool {
+        self.readers.iter().all(JoinHandle::is_finished)
+    }
+
+    /// Wait until the server's stdout and stderr have reached EOF: every
+    /// process that holds them (the server; after an upgrade also the new
+    /// process) has exited. Fails after [`WAIT`]. For what a process
+    /// writes on its way out: its exit alone does not mean the reader
+    /// threads have taken in its last lines.
+    pub fn wait_eof(&self) {
+        wait_until(
+            WAIT,
+            "EOF on tlsfront's stdout and stderr (all its processes gone)",
+            || {
+                if self.at_eof() {
+                    Ok(())
+                } else {
+                    Err(format!("output so far:\n{}", self.output()))
+                }
+            },
+        );
+    }
+
+    /// All the server wrote to stdout after its start-up lines, once every
+    /// process holding its stdout has exited (see [`Server::wait_eof`]).
+    pub fn output_at_eof(&self) -> String {
+        self.wait_eof();
+        self.output()
+    }
+
+    /// Until stdout after start-up holds `count` occurrences of `text`, or
+    /// `limit` passes, or stdout ends: the output then, if it holds them.
+    pub fn output_within(&self, text: &str, count: usize, limit: Duration) -> Option<String> {
+        let deadline = Instant::now() + limit;
         loop {
+            // EOF checked first: once it is seen, the output is complete.
+            let ended = self.at_eof();
             let out = self.output();
-            if out.matches(text).count() >= count || Instant::now() > deadline {
-                return out;
+            if out.matches(text).count() >= count {
+                return Some(out);
+            }
+            if ended || Instant::now() > deadline {
+                return None;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Wait until stdout after start-up holds `count` occurrences of
+    /// `text`; the output then. Fails if they have not come within
+    /// [`WAIT`], or stdout ended without them.
+    pub fn wait_for_output(&self, text: &str, count: usize) -> String {
+        self.output_within(text, count, WAIT).unwrap_or_else(|| {
+            panic!(
+                "tlsfront's stdout did not show {text:?} {count} time(s) within {WAIT:?} \
+                 (or it ended); stdout:\n{}\nstderr:\n{}",
+                self.output(),
+                self.log()
+            )
+        })
     }
 
     /// The server's log (stderr) so far.
@@ -404,19 +493,27 @@ impl Server {
         self.log.lock().unwrap().clone()
     }
 
-    /// Wait (up to 20 s) until the log contains `text`; the log then.
+    /// Wait until the log contains `text`; the log then. Fails as
+    /// [`Server::wait_for_output`] does.
     pub fn wait_for_log(&self, text: &str) -> String {
         self.wait_for_log_count(text, 1)
     }
 
-    /// The log once `text` is in it `n` times (or after 20 s).
+    /// The log once `text` is in it `n` times. Fails if that has not
+    /// happened within [`WAIT`], or stderr ended first.
     pub fn wait_for_log_count(&self, text: &str, n: usize) -> String {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + WAIT;
         loop {
+            let ended = self.at_eof();
             let log = self.log();
-            if log.matches(text).count() >= n || Instant::now() > deadline {
+            if log.matches(text).count() >= n {
                 return log;
             }
+            assert!(
+                !ended && Instant::now() < deadline,
+                "tlsfront's log did not show {text:?} {n} time(s) within {WAIT:?} (or it \
+                 ended); log:\n{log}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -470,24 +567,29 @@ impl Server {
         }
     }
 
-    /// SIGTERM; wait; return the exit status and the metrics report.
+    /// SIGTERM; wait for the exit and for EOF on the server's stdout and
+    /// stderr; return the exit status and the metrics report (all of
+    /// stdout after the start-up lines).
     pub fn stop(mut self) -> (std::process::ExitStatus, String) {
         let _ = sigterm(self.child.id());
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + WAIT;
         let status = loop {
             if let Some(s) = self.child.try_wait().unwrap() {
                 break s;
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
-                panic!("tlsfront did not exit within 30 s of SIGTERM");
+                panic!("tlsfront did not exit within {WAIT:?} of SIGTERM");
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        std::thread::sleep(Duration::from_millis(50));
-        let rest = REST.lock().unwrap().remove(&self.port);
-        let text = rest.map(|r| r.lock().unwrap().clone()).unwrap_or_default();
-        (status, text)
+        // The report is written just before the exit: the readers have it
+        // once they meet EOF, not necessarily when the exit is seen.
+        self.wait_eof();
+        for r in std::mem::take(&mut self.readers) {
+            r.join().expect("a reader of tlsfront's output panicked");
+        }
+        (status, self.output())
     }
 
     /// Stop, and check the metrics say every connection took the data path
@@ -524,9 +626,6 @@ impl Drop for Server {
         let _ = self.child.wait();
     }
 }
-
-static REST: Mutex<std::collections::BTreeMap<u16, std::sync::Arc<Mutex<String>>>> =
-    Mutex::new(std::collections::BTreeMap::new());
 
 fn sigterm(pid: u32) -> std::io::Result<()> {
     let pid = rustix::process::Pid::from_raw(pid as i32).ok_or(std::io::ErrorKind::InvalidInput)?;
@@ -572,10 +671,12 @@ pub fn bench_client() -> Command {
 
 /// The SHA-256 fingerprint openssl sees for `name`.
 pub fn served_fingerprint(port: u16, name: &str) -> String {
+    // The chain is printed with the handshake, before s_client reads its
+    // stdin: no step needed.
     let (out, err, _) = s_client(
         port,
         &["-servername", name, "-showcerts"],
-        &[Step::Sleep(200)],
+        &[],
         Duration::from_secs(20),
     );
     let pem: String = {
@@ -663,17 +764,34 @@ pub fn client_config(ca: &std::path::Path) -> std::sync::Arc<rustls::ClientConfi
 }
 
 /// One step of an `openssl s_client` conversation.
+///
+/// s_client reads its stdin only once the handshake is done, so what it
+/// prints about the handshake (certificates, "Reused", the staple) is in
+/// its output even when stdin ends at once: no step is needed for that.
 pub enum Step<'a> {
     Send(&'a [u8]),
+    /// A pause that is part of the scenario (a client that stays idle past
+    /// a server timeout), never a wait for an event: use the waits below.
     Sleep(u64),
-    /// Wait (up to 20 s) until s_client's output contains this text, so the
-    /// next input goes out as a separate read (s_client takes `k` as a
-    /// command only at the start of a read).
+    /// Wait until s_client's output contains this text, so the next input
+    /// goes out as a separate read (s_client takes `k` as a command only
+    /// at the start of a read). Ends early if the output ends (the server
+    /// closed); fails after [`WAIT`].
     WaitFor(&'a str),
-    /// Wait (up to 20 s) until this file exists and is not empty (e.g. the
-    /// `-sess_out` file, written when a TLS 1.3 ticket arrives: s_client's
-    /// own ticket message sits in its stdout buffer until it exits).
+    /// Wait until s_client's stderr holds this text this many times (it
+    /// says `KEYUPDATE` there when it has taken a `k` or `K` command).
+    /// Ends early if its output ends; fails after [`WAIT`].
+    WaitForStderr(&'a str, usize),
+    /// Wait until this file exists and is not empty (e.g. the `-sess_out`
+    /// file, written when a TLS 1.3 ticket arrives: s_client's own ticket
+    /// message sits in its stdout buffer until it exits). Fails if it has
+    /// not come within [`WAIT`] or s_client's output ended first.
     WaitForFile(&'a std::path::Path),
+    /// Set this flag (tell the test's thread the conversation got here).
+    Set(&'a AtomicBool),
+    /// Wait until this flag is set (the test's thread has checked what it
+    /// needed while the connection was open); fails after [`WAIT`].
+    Await(&'a AtomicBool),
 }
 
 /// Run `openssl s_client` against `port` with `args`, feeding `steps` to
@@ -696,49 +814,80 @@ pub fn s_client(
         .spawn()
         .expect("run openssl (tests/install-packages.sh installs it)");
     let mut stdin = child.stdin.take().unwrap();
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
-    let sink = seen.clone();
-    // Set once s_client's output ends: nothing more can be waited for.
-    let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let ended_in = ended.clone();
-    let o = std::thread::spawn(move || {
-        let mut chunk = [0u8; 4096];
-        loop {
-            match out.read(&mut chunk) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => sink.lock().unwrap().extend_from_slice(&chunk[..n]),
+    // Both outputs are gathered as they come, for the waits; each reader
+    // ends at EOF.
+    let gather = |mut from: Box<dyn Read + Send>| {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        let reader = std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            loop {
+                match from.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => sink.lock().unwrap().extend_from_slice(&chunk[..n]),
+                }
             }
-        }
-        ended_in.store(true, std::sync::atomic::Ordering::SeqCst);
-    });
-    let e = std::thread::spawn(move || {
-        let mut s = Vec::new();
-        let _ = err.read_to_end(&mut s);
-        s
-    });
+        });
+        (seen, reader)
+    };
+    let (out, o) = gather(Box::new(child.stdout.take().unwrap()));
+    let (err, e) = gather(Box::new(child.stderr.take().unwrap()));
+    let text = |b: &Arc<Mutex<Vec<u8>>>| String::from_utf8_lossy(&b.lock().unwrap()).into_owned();
+    // A wait that failed: kill s_client, then fail saying what was awaited.
+    let mut fail = |what: String| -> ! {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "s_client: waited {WAIT:?} for {what}\nstdout:\n{}\nstderr:\n{}",
+            text(&out),
+            text(&err)
+        );
+    };
     for step in steps {
+        // Until `done` holds, or the output has ended (nothing more can
+        // come), or WAIT has passed (then false).
+        let wait = |done: &dyn Fn() -> bool| {
+            let deadline = Instant::now() + WAIT;
+            loop {
+                let ended = o.is_finished();
+                if done() || ended {
+                    return true;
+                }
+                if Instant::now() > deadline {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
         match step {
             Step::Send(b) => {
                 let _ = stdin.write_all(b);
                 let _ = stdin.flush();
             }
             Step::Sleep(ms) => std::thread::sleep(Duration::from_millis(*ms)),
-            Step::WaitFor(text) => {
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while Instant::now() < deadline
-                    && !ended.load(std::sync::atomic::Ordering::SeqCst)
-                    && !String::from_utf8_lossy(&seen.lock().unwrap()).contains(text)
-                {
-                    std::thread::sleep(Duration::from_millis(20));
+            Step::WaitFor(t) => {
+                if !wait(&|| text(&out).contains(t)) {
+                    fail(format!("{t:?} in its output"));
+                }
+            }
+            Step::WaitForStderr(t, n) => {
+                if !wait(&|| text(&err).matches(t).count() >= *n) {
+                    fail(format!("{t:?} {n} time(s) on its stderr"));
                 }
             }
             Step::WaitForFile(path) => {
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while Instant::now() < deadline
-                    && std::fs::metadata(path).map_or(true, |m| m.len() == 0)
-                {
+                let written = || std::fs::metadata(path).is_ok_and(|m| m.len() > 0);
+                if !wait(&written) || !written() {
+                    fail(format!("{} to be written", path.display()));
+                }
+            }
+            Step::Set(flag) => flag.store(true, SeqCst),
+            Step::Await(flag) => {
+                let deadline = Instant::now() + WAIT;
+                while !flag.load(SeqCst) {
+                    if Instant::now() > deadline {
+                        fail("the test to set its flag".into());
+                    }
                     std::thread::sleep(Duration::from_millis(20));
                 }
             }
@@ -760,9 +909,8 @@ pub fn s_client(
         std::thread::sleep(Duration::from_millis(20));
     }
     o.join().unwrap();
-    let o = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
-    let e = String::from_utf8_lossy(&e.join().unwrap()).into_owned();
-    (o, e, by_itself)
+    e.join().unwrap();
+    (text(&out), text(&err), by_itself)
 }
 
 /// Status codes of the HTTP responses in a raw transcript, in order.

@@ -96,15 +96,16 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Wait until something listens on `port`; fail after [`super::WAIT`].
 fn wait_for_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + super::WAIT;
     while Instant::now() < deadline {
         if TcpStream::connect(("127.0.0.1", port)).is_ok() {
             return;
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     }
-    panic!("nothing listens on port {port}");
+    panic!("nothing listens on port {port} after {:?}", super::WAIT);
 }
 
 /// A peer process, killed on drop.

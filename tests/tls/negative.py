@@ -38,7 +38,7 @@ from tlslite.utils.x25519 import x25519
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Bounds a broken server, not what is measured: every wait ends on data or EOF.
-SAFETY = 20
+SAFETY = 60
 
 # TLS constants (RFC 8446 §5.1, §6, §B.3).
 HANDSHAKE, ALERT, APPDATA, CCS = 22, 21, 23, 20
@@ -163,9 +163,11 @@ class Server:
         """Stop it (SIGTERM: it drains and prints its counters): (stdout, stderr)."""
         self.p.terminate()
         self.p.wait(SAFETY)
-        # The closing report is the last thing it prints: read to the end.
+        # The closing report is the last thing it prints: read to the end
+        # (EOF), not merely until the exit.
         for t in self.readers:
             t.join(SAFETY)
+            assert not t.is_alive(), f"{self.name()}: no EOF on its output {SAFETY} s after the exit"
         return "".join(self.out), "".join(self.err)
 
     def alive(self):

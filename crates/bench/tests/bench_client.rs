@@ -217,7 +217,7 @@ fn requests_latency_follows_the_server_delay() {
             chart.to_str().unwrap(),
         ],
         dir.path(),
-        Duration::from_secs(20),
+        Duration::from_secs(60),
     );
     let s = &v["summary"];
     let p50 = num(&s["latency"]["p50_ms"]);
@@ -257,7 +257,7 @@ fn download_counts_runs_and_verifies_bytes() {
     let (v, stdout) = bench_json(
         &["download", &url, "--runs", "3", "--connections", "2"],
         dir.path(),
-        Duration::from_secs(20),
+        Duration::from_secs(60),
     );
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 3);
@@ -288,7 +288,7 @@ fn download_counts_runs_and_verifies_bytes() {
         let (v, _) = bench_json(
             &["download", &server.url(path), "--runs", "2"],
             dir.path(),
-            Duration::from_secs(20),
+            Duration::from_secs(60),
         );
         for d in v["runs"]
             .as_array()
@@ -312,7 +312,7 @@ fn download_counts_runs_and_verifies_bytes() {
             "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
         ],
         dir.path(),
-        Duration::from_secs(20),
+        Duration::from_secs(60),
     );
     assert_eq!(
         v["negotiated"]["suite"],
@@ -337,7 +337,7 @@ fn ca_file_and_ipv6_literal() {
             "--ca",
             ca.to_str().unwrap(),
         ],
-        Duration::from_secs(20),
+        Duration::from_secs(60),
     );
     assert!(
         out.status.success(),
@@ -351,7 +351,7 @@ fn ca_file_and_ipv6_literal() {
         let (v, _) = bench_json(
             &["download", &v6.url("/"), "--runs", "1"],
             dir.path(),
-            Duration::from_secs(20),
+            Duration::from_secs(60),
         );
         assert_eq!(num(&v["summary"]["total_bytes"]), 1000.0);
         assert_eq!(
@@ -379,7 +379,7 @@ fn tps_run(extra: &[&str]) -> (Value, TestServer) {
     let mut args = vec!["tps", &url];
     args.extend(SHORT_RAMP);
     args.extend(extra);
-    let (v, _) = bench_json(&args, dir.path(), Duration::from_secs(20));
+    let (v, _) = bench_json(&args, dir.path(), Duration::from_secs(60));
     (v, server)
 }
 
@@ -463,7 +463,7 @@ fn tps_interleaves_sessions_between_servers() {
     let (ua, ub) = (a.url("/"), b.url("/"));
     let mut args = vec!["tps", &ua, "--interleave", &ub, "--block", "2"];
     args.extend(SHORT_RAMP);
-    let (v, stdout) = bench_json(&args, dir.path(), Duration::from_secs(20));
+    let (v, stdout) = bench_json(&args, dir.path(), Duration::from_secs(60));
     assert_eq!(num(&v["summary"]["failed"]), 0.0, "{v}");
     let attempted = num(&v["summary"]["attempted"]);
     // Each server at 5 then 10 sessions/s: twice the single-server schedule.
@@ -507,7 +507,7 @@ fn tps_interleaves_sessions_between_servers() {
 /// A failing command line: non-zero exit, nothing on stdout, one line on
 /// stderr that says `want`.
 fn fails_with(args: &[&str], want: &str) {
-    let out = bench(args, Duration::from_secs(20));
+    let out = bench(args, Duration::from_secs(60));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
     assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
