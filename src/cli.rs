@@ -11,10 +11,20 @@ use crate::config::{ConfigError, KtlsMode, Settings};
 use clap::{Args, Parser, Subcommand};
 use std::path::{Path, PathBuf};
 
+/// `tlsfront --version`: the package version, then what it was built from
+/// (build.rs: the commit when built from a git checkout, the rustls
+/// release and its crypto provider).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("TLSFRONT_BUILD_DETAILS"),
+    ")"
+);
+
 #[derive(Parser, Debug)]
 #[command(
     name = "tlsfront",
-    version,
+    version = VERSION,
     about = "A TLS front end for Linux: static files over HTTPS and TLS termination for TCP \
              backends, with kernel TLS + sendfile/splice"
 )]
@@ -41,6 +51,66 @@ pub enum Command {
     Acme(AcmeCommand),
     /// Show what this kernel's TLS offload can do, and how to fix each "no".
     Check,
+    /// The man pages and shell completions, made from this command line's
+    /// own definition (for packagers: dist/man and dist/completions are
+    /// its output).
+    #[command(subcommand, hide = true)]
+    Generate(GenerateCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum GenerateCommand {
+    /// Write tlsfront.1 and a page per subcommand (tlsfront-run.1, ...)
+    /// into DIR.
+    Man {
+        /// The directory to write to.
+        dir: PathBuf,
+    },
+    /// Print the completion script for SHELL.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// The command line's definition as the generated documents show it: the
+/// plain package version (no commit, so that the pages in dist/ change
+/// only when the command line does).
+fn documented_command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().version(env!("CARGO_PKG_VERSION"))
+}
+
+/// The man pages: `(file name, roff text)` for tlsfront.1 and one page per
+/// visible subcommand, nested ones too (tlsfront-config-check.1).
+pub fn man_pages() -> Vec<(String, Vec<u8>)> {
+    // As `clap_mangen::generate_to`, in memory: after `build`, each
+    // subcommand is named `tlsfront-run` for its page and `tlsfront run`
+    // in its synopsis.
+    fn walk(cmd: &clap::Command, out: &mut Vec<(String, Vec<u8>)>) {
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            walk(sub, out);
+        }
+        let man = clap_mangen::Man::new(cmd.clone());
+        let mut page = Vec::new();
+        // Writing into a Vec cannot fail.
+        let _ = man.render(&mut page);
+        out.push((man.get_filename(), page));
+    }
+    let mut cmd = documented_command().disable_help_subcommand(true);
+    cmd.build();
+    let mut out = Vec::new();
+    walk(&cmd, &mut out);
+    out.sort();
+    out
+}
+
+/// The completion script of `shell`.
+pub fn completions(shell: clap_complete::Shell) -> Vec<u8> {
+    let mut cmd = documented_command();
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "tlsfront", &mut out);
+    out
 }
 
 #[derive(Subcommand, Debug)]

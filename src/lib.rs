@@ -27,6 +27,7 @@ pub mod ktls;
 pub mod lograte;
 pub mod metrics;
 pub mod parent;
+pub mod pid_file;
 pub mod privileges;
 pub mod privsep;
 pub mod proxy;

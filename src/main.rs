@@ -3,7 +3,9 @@
 
 use clap::Parser;
 use std::process::ExitCode;
-use tlsfront::cli::{AcmeCommand, Cli, Command, ConfigCommand, GlobalArgs, RunArgs};
+use tlsfront::cli::{
+    AcmeCommand, Cli, Command, ConfigCommand, GenerateCommand, GlobalArgs, RunArgs,
+};
 use tlsfront::config::{ConfigError, Settings};
 
 /// What the event log (stderr) shows without `TLSFRONT_LOG`: tlsfront's own
@@ -42,12 +44,34 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             };
         }
+        Command::Generate(what) => generate(what),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tlsfront: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `tlsfront generate`: the man pages into a directory, or a completion
+/// script on stdout.
+fn generate(what: GenerateCommand) -> Result<(), String> {
+    match what {
+        GenerateCommand::Man { dir } => {
+            for (name, page) in tlsfront::cli::man_pages() {
+                let path = dir.join(name);
+                std::fs::write(&path, page)
+                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            }
+            Ok(())
+        }
+        GenerateCommand::Completions { shell } => {
+            use std::io::Write;
+            std::io::stdout()
+                .write_all(&tlsfront::cli::completions(shell))
+                .map_err(|e| format!("cannot write to stdout: {e}"))
         }
     }
 }

@@ -280,6 +280,11 @@ pub fn run(settings: Settings, reload: Reload) -> Result<(), StartError> {
         server.pid,
         parent.who.name()
     );
+    // The parent is the main process: it names itself once it serves.
+    let _pid_file = match &settings.pid_file {
+        Some(path) => Some(crate::pid_file::PidFile::write(path)?),
+        None => None,
+    };
     match ready {
         Some(fd) => handover::report_ready(fd),
         None => {

@@ -1,7 +1,7 @@
 //! How tlsfront opens a file while it may be root: configuration,
 //! certificates, keys, OCSP responses and ticket keys ([`read`]), access
 //! logs ([`open_log`]) and the self-signed identity made on first run
-//! ([`write_new_private`]). Every such open goes through here, so that one
+//! ([`write_new_private`]) and the pid file ([`write_public`]). Every such open goes through here, so that one
 //! place decides what root may follow.
 //!
 //! The danger is a path another user can change: a link in a directory
@@ -424,12 +424,26 @@ pub fn open_log(path: &Path) -> io::Result<File> {
 /// above it (see the module doc).
 pub fn write_new_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    let (dir, name) = split(path)?;
+    let (dir, _) = split(path)?;
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
+    write_own(path, bytes, 0o600)
+}
+
+/// Write `bytes` as the whole of `path`, readable by all (0644), in an
+/// existing directory: the pid file. Checked as [`write_new_private`]
+/// checks its file (no link followed, a regular file of this user's with
+/// one name, as root in a directory no one else can write).
+pub fn write_public(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_own(path, bytes, 0o644)
+}
+
+/// [`write_new_private`] and [`write_public`] once the directory exists.
+fn write_own(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let (dir, name) = split(path)?;
     let dir_flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let dirfd = if is_root() {
         let (resolved, st) = resolve(dir, false)?;
@@ -477,7 +491,7 @@ pub fn write_new_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
     }
     // Only now, once it is known to be ours alone: a file left from before
     // may have had another mode or more bytes.
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600)).map_err(with_path(path))?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(with_path(path))?;
     rustix::fs::ftruncate(&fd, 0).map_err(with_path(path))?;
     let mut file = File::from(fd);
     file.write_all(bytes)

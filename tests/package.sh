@@ -177,6 +177,21 @@ pid=
 wait "$listener" || true
 check "systemd hears STOPPING=1" grep -qx STOPPING=1 "$dir/notified"
 rm -f /var/www/html/tlsfront-package-test.txt /etc/tlsfront/package-test.*
+# What operators expect around the binary: licences, man pages (gzipped by
+# cargo-deb, rendered by man-db) and shell completions at Debian's paths.
+check "the licences are installed" \
+  test -s /usr/share/doc/tlsfront/LICENSE-APACHE -a -s /usr/share/doc/tlsfront/LICENSE-MIT
+man_text=$(MANWIDTH=100 MANPAGER=cat man -l /usr/share/man/man1/tlsfront.1.gz 2>/dev/null || true)
+check "man -l renders tlsfront(1), which names its subcommands" \
+  grep -q "tlsfront-run(1)" <<<"$man_text"
+check "each subcommand has its page" \
+  test -s /usr/share/man/man1/tlsfront-run.1.gz -a -s /usr/share/man/man1/tlsfront-config-check.1.gz
+check "bash, zsh and fish completions are installed" \
+  test -s /usr/share/bash-completion/completions/tlsfront -a -s /usr/share/zsh/vendor-completions/_tlsfront \
+  -a -s /usr/share/fish/vendor_completions.d/tlsfront.fish
+check "bash -n accepts the installed bash completion" bash -n /usr/share/bash-completion/completions/tlsfront
+check "tlsfront --version names the package version" \
+  grep -q "^tlsfront $(dpkg-query -W -f='${Version}' tlsfront | sed 's/-.*//') (" <<<"$(tlsfront --version)"
 check "dpkg --purge removes it" quiet dpkg --purge tlsfront
 check "nothing of it is left" test ! -e /usr/bin/tlsfront -a ! -e /etc/tlsfront/tlsfront.toml
 [[ -z ${made_logs:-} ]] || rm -rf /var/log/tlsfront

@@ -69,6 +69,12 @@ fn describe(s: &Settings, now: SystemTime, out: &mut String) -> usize {
     if let Some(a) = s.admin {
         let _ = writeln!(out, "admin: http://{a}/metrics and /healthz (plain HTTP)");
     }
+    if !s.server_tokens {
+        let _ = writeln!(out, "Server header: tlsfront, without the version");
+    }
+    if let Some(p) = &s.pid_file {
+        let _ = writeln!(out, "pid file: {}", p.display());
+    }
     let mut errors = process_wide(s, out);
     for (i, site) in s.sites.iter().enumerate() {
         errors += describe_site(site, &s.acme, i == s.default_site, now, out);

@@ -173,6 +173,11 @@ pub struct FileConfig {
     /// Trusted sources of PROXY headers.
     pub proxy_from: Option<Vec<String>>,
     pub unknown_names: Option<UnknownNames>,
+    /// `false`: `Server: tlsfront` without the version (nginx's
+    /// `server_tokens off`).
+    pub server_tokens: Option<bool>,
+    /// The main process writes its pid here (and removes it at exit).
+    pub pid_file: Option<PathBuf>,
     /// Session ticket keys, nginx's `ssl_session_ticket_key` format: the
     /// first encrypts, all decrypt (several servers resume each other's
     /// sessions). Unset: random keys rotated in memory.
@@ -271,6 +276,7 @@ impl FileConfig {
         self.root.iter_mut().for_each(fix);
         self.ticket_keys.iter_mut().flatten().for_each(fix);
         self.state_dir.iter_mut().for_each(fix);
+        self.pid_file.iter_mut().for_each(fix);
         self.acme_ca_roots.iter_mut().for_each(fix);
         self.cert.iter_mut().for_each(|c| c.rebase(base));
         self.key.iter_mut().for_each(|c| c.rebase(base));

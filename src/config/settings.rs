@@ -31,6 +31,11 @@ pub struct Settings {
     /// Trusted sources of a PROXY header before TLS; `None`: no header read.
     pub accept_proxy: Option<Vec<IpNet>>,
     pub unknown_names: UnknownNames,
+    /// The `Server` header names the version (`tlsfront/0.1.0`); `false`:
+    /// `tlsfront` alone.
+    pub server_tokens: bool,
+    /// Where the main process writes its pid, if anywhere.
+    pub pid_file: Option<PathBuf>,
     /// Session ticket key files (empty: keys rotated in memory).
     pub ticket_keys: Vec<PathBuf>,
     /// The ACME CA and where its account and certificates are kept (used
@@ -389,6 +394,8 @@ pub fn resolve(
         run_as,
         accept_proxy,
         unknown_names,
+        server_tokens: file.server_tokens.unwrap_or(true),
+        pid_file: file.pid_file.clone(),
         ticket_keys: file.ticket_keys.unwrap_or_default(),
         acme: crate::acme::AcmeSettings {
             directory: file

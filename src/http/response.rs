@@ -6,6 +6,7 @@
 use super::conditional::LAST_HTTP_DATE;
 use std::cell::RefCell;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, SystemTime};
 
 pub const SERVER: &str = concat!("tlsfront/", env!("CARGO_PKG_VERSION"));
@@ -16,6 +17,17 @@ const AFTER_STATUS: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     "\r\nDate: "
 );
+/// The same with `server_tokens = false`: no version.
+const AFTER_STATUS_NO_VERSION: &str = "\r\nServer: tlsfront\r\nDate: ";
+
+/// `server_tokens`: a process-wide setting, set at start and at each reload
+/// (`server::run`), read by every head.
+static SERVER_TOKENS: AtomicBool = AtomicBool::new(true);
+
+/// Whether the `Server` header names the version (`server_tokens`).
+pub fn set_server_tokens(on: bool) {
+    SERVER_TOKENS.store(on, Relaxed);
+}
 
 pub fn reason(status: u16) -> &'static str {
     match status {
@@ -171,7 +183,11 @@ impl<'a> Head<'a> {
         out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
         out.push(b' ');
         out.extend_from_slice(reason(status).as_bytes());
-        out.extend_from_slice(AFTER_STATUS.as_bytes());
+        out.extend_from_slice(if SERVER_TOKENS.load(Relaxed) {
+            AFTER_STATUS.as_bytes()
+        } else {
+            AFTER_STATUS_NO_VERSION.as_bytes()
+        });
         out.extend_from_slice(date.as_bytes());
         out.extend_from_slice(b"\r\n");
         Head {

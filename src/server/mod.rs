@@ -131,6 +131,8 @@ pub enum StartError {
     ServerProcess(handover::UpgradeError),
     #[error("the server process keeps exiting (last: {0}); its errors are above")]
     Crashed(String),
+    #[error(transparent)]
+    PidFile(#[from] crate::pid_file::PidFileError),
     #[error("as the server process of tlsfront's parent: {0}")]
     Link(#[from] crate::privsep::LinkError),
 }
@@ -470,6 +472,7 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
     };
     let shared = TlsShared::new(TlsOptions::default(), tickets);
     let sites = Sites::build(&settings, &shared, &mut |l| println!("{l}"))?;
+    crate::http::response::set_server_tokens(settings.server_tokens);
     let mut ktls = ktls_support(settings.ktls)?;
     ktls.expect_no_pad = settings.ktls_expect_no_pad;
     let workers = settings.workers;
@@ -548,6 +551,12 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
         threads.push(t);
     }
     signals.rt.spawn(certs::manage(front.clone()));
+    // Once it serves, the main process names itself (with a parent, the
+    // parent does); removed when this returns.
+    let _pid_file = match (&settings.pid_file, role) {
+        (Some(path), Role::Alone) => Some(crate::pid_file::PidFile::write(path)?),
+        _ => None,
+    };
     match ready {
         // Started by an upgrade: the old process tells systemd (MAINPID).
         Some(fd) => handover::report_ready(fd),
@@ -664,6 +673,7 @@ fn reload_sites(
                     new.ktls_expect_no_pad != started.ktls_expect_no_pad,
                 ),
                 ("user/group", new.run_as != started.run_as),
+                ("pid_file", new.pid_file != started.pid_file),
                 (
                     "[limits] connections",
                     new.limits.connections != started.limits.connections,
@@ -685,6 +695,7 @@ fn reload_sites(
             let n = sites.len();
             front.metrics.certificates(sites.expiry());
             front.sites.store(Arc::new(sites));
+            crate::http::response::set_server_tokens(new.server_tokens);
             front.sites_changed.notify_one();
             front.metrics.reloaded();
             println!(

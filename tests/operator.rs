@@ -1,0 +1,195 @@
+//! Settings operators expect from a server, through the real binary and
+//! curl: `server_tokens = false` leaves the version out of `Server:` (and a
+//! reload turns it back on), and `pid_file` names the main process — the
+//! one process alone, the root parent with `user` — is gone after
+//! SIGTERM, names the new process after an upgrade (SIGUSR2), and is
+//! refused in a directory another user could change.
+
+mod common;
+
+use common::{Server, BIN};
+use rustix::process::Signal;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// Wait (up to 60 s) until `cond` holds; panic naming `what` otherwise.
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, r)| !r.starts_with(" Z"))
+    })
+}
+
+/// The pid the file holds, if it exists and holds one.
+fn pid_in(path: &Path) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// The `Server` header curl sees.
+fn server_header(server: &Server) -> String {
+    let out = server.curl(&["-o", "/dev/null", "-D", "-", &server.url("/")]);
+    let head = String::from_utf8_lossy(&out.stdout).into_owned();
+    head.lines()
+        .find_map(|l| l.strip_prefix("Server: ").or(l.strip_prefix("server: ")))
+        .unwrap_or_else(|| panic!("no Server header: {head}"))
+        .trim_end()
+        .to_string()
+}
+
+#[test]
+fn server_tokens_off_leaves_the_version_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tlsfront.toml");
+    std::fs::write(&cfg, "server_tokens = false\n").unwrap();
+    let cfg_arg = cfg.display().to_string();
+    let server = Server::start(&["--config", &cfg_arg]);
+    assert_eq!(server_header(&server), "tlsfront");
+    // Error pages too (written by another path).
+    let out = server.curl(&["-o", "/dev/null", "-D", "-", &server.url("/no-such-file")]);
+    let head = String::from_utf8_lossy(&out.stdout);
+    assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+    assert!(head.contains("Server: tlsfront\r\n"), "{head}");
+    // A reload takes it back: the version again.
+    std::fs::write(&cfg, "server_tokens = true\n").unwrap();
+    server.reload();
+    server.wait_for_output("reloaded ", 1);
+    assert_eq!(
+        server_header(&server),
+        format!("tlsfront/{}", env!("CARGO_PKG_VERSION"))
+    );
+    server.stop();
+}
+
+#[test]
+fn the_version_is_in_server_by_default() {
+    let server = Server::start(&[]);
+    assert_eq!(
+        server_header(&server),
+        format!("tlsfront/{}", env!("CARGO_PKG_VERSION"))
+    );
+    server.stop();
+}
+
+#[test]
+fn the_pid_file_follows_the_main_process_through_an_upgrade() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("tlsfront.pid");
+    let cfg = dir.path().join("tlsfront.toml");
+    std::fs::write(
+        &cfg,
+        format!("pid_file = {:?}\n", pid_file.display().to_string()),
+    )
+    .unwrap();
+    let cfg_arg = cfg.display().to_string();
+    let mut server = Server::start(&["--config", &cfg_arg]);
+    let old = server.pid();
+    wait_until("the pid file", || pid_in(&pid_file) == Some(old));
+    let mode = std::fs::metadata(&pid_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o644);
+    // The new process writes its own pid; the old one, exiting, leaves it.
+    server.signal(Signal::USR2);
+    let out = server.wait_for_output("upgraded: new process ", 1);
+    let new: u32 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("upgraded: new process "))
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_ne!(new, old);
+    assert_eq!(pid_in(&pid_file), Some(new));
+    let status = server
+        .wait_exit(Duration::from_secs(60))
+        .expect("the old process did not exit");
+    assert!(status.success(), "{status}");
+    assert_eq!(pid_in(&pid_file), Some(new));
+    // SIGTERM: the new process exits and removes it.
+    let p = rustix::process::Pid::from_raw(new as i32).unwrap();
+    rustix::process::kill_process(p, Signal::TERM).unwrap();
+    wait_until("the new process to exit", || !alive(new));
+    assert!(!pid_file.exists(), "{} is left", pid_file.display());
+}
+
+#[test]
+fn with_user_the_pid_file_names_the_parent() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let _serial = common::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let www = dir.path().join("www");
+    std::fs::create_dir(&www).unwrap();
+    std::fs::write(www.join("index.html"), "hello\n").unwrap();
+    for (p, m) in [(dir.path(), 0o755), (www.as_path(), 0o755)] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    }
+    let pid_file = dir.path().join("tlsfront.pid");
+    let cfg = dir.path().join("tlsfront.toml");
+    std::fs::write(
+        &cfg,
+        format!("pid_file = {:?}\n", pid_file.display().to_string()),
+    )
+    .unwrap();
+    let (www_arg, cfg_arg) = (www.display().to_string(), cfg.display().to_string());
+    let server = Server::spawn_via(
+        &[],
+        &["serve", &www_arg],
+        &["--config", &cfg_arg, "--user", "nobody"],
+    );
+    let out = server.wait_for_output("parent process ", 1);
+    assert!(
+        out.contains(&format!("parent process {} ", server.pid())),
+        "{out}"
+    );
+    wait_until("the pid file", || pid_in(&pid_file) == Some(server.pid()));
+    assert_eq!(server.status("/index.html", &[]), "200");
+    server.stop();
+    assert!(!pid_file.exists(), "{} is left", pid_file.display());
+}
+
+#[test]
+fn a_pid_file_where_others_could_swap_it_is_refused() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Writable by anyone (not sticky): anyone could put a link there.
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let target = dir.path().join("victim");
+    std::fs::write(&target, "root's\n").unwrap();
+    std::os::unix::fs::symlink(&target, open.join("tlsfront.pid")).unwrap();
+    let cfg = dir.path().join("tlsfront.toml");
+    let pid_file = open.join("tlsfront.pid");
+    std::fs::write(
+        &cfg,
+        format!("pid_file = {:?}\n", pid_file.display().to_string()),
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&cfg)
+        .arg(dir.path())
+        .env("XDG_DATA_HOME", dir.path().join("data"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("setting pid_file"), "{err}");
+    assert!(err.contains(&pid_file.display().to_string()), "{err}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "root's\n");
+}
