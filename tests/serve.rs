@@ -1084,6 +1084,7 @@ fn open_file_limit_is_raised_and_a_low_one_is_reported() {
         "{:?}",
         server.startup
     );
+    assert!(!server.log().contains(" WARN "), "{}", server.log());
     assert!(
         server
             .startup
@@ -1106,11 +1107,12 @@ fn open_file_limit_is_raised_and_a_low_one_is_reported() {
     server.stop();
     // A limit that was set and cannot be met: a warning, with the fix.
     let server = Server::start_with_nofile("256:1024", &["--workers", "1", "--config", &cfg]);
-    let warning = server
-        .startup
-        .iter()
-        .find(|l| l.starts_with("warning: the open-file limit is 1024"))
-        .unwrap_or_else(|| panic!("{:?}", server.startup));
+    // A warning of the event log (stderr), said before the start-up ends.
+    let log = server.wait_for_log("the open-file limit is 1024");
+    let warning = log
+        .lines()
+        .find(|l| l.contains(" WARN ") && l.contains("the open-file limit is 1024"))
+        .unwrap_or_else(|| panic!("{log}"));
     assert!(
         warning.contains("LimitNOFILE") && warning.contains("[limits] connections"),
         "{warning}"

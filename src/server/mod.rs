@@ -478,7 +478,7 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
     let workers = settings.workers;
     let fds = raise_fd_limit();
     if let Err(e) = &fds {
-        println!("warning: {e}");
+        tracing::warn!("{e}");
     }
     let fds = fds.ok().flatten();
     let cache = open_file_cache(&settings.open_file_cache, workers, fds);
@@ -732,8 +732,10 @@ fn connection_limit(
     fds: Option<u64>,
 ) -> usize {
     let (limit, note) = fit_connections(requested, workers, per_connection, reserve, fds);
-    if let Some(note) = note {
-        println!("{note}");
+    match note {
+        Some(Note::Info(line)) => println!("{line}"),
+        Some(Note::Warning(line)) => tracing::warn!("{line}"),
+        None => {}
     }
     limit
 }
@@ -778,6 +780,14 @@ fn raise_fd_limit() -> Result<Option<u64>, String> {
     Ok(lim.current)
 }
 
+/// What is said about a limit: a line of the start-up report (stdout), or
+/// a warning (the event log).
+#[derive(Debug, PartialEq)]
+enum Note {
+    Info(String),
+    Warning(String),
+}
+
 /// The per-worker connection limit for an open-file limit of `fds`, and
 /// what to tell the operator about it: information when the default was
 /// lowered to fit, a warning when a limit that was set does not fit.
@@ -787,7 +797,7 @@ fn fit_connections(
     per_connection: u64,
     reserve: u64,
     fds: Option<u64>,
-) -> (usize, Option<String>) {
+) -> (usize, Option<Note>) {
     let per_worker = (workers.max(1) as u64).saturating_mul(per_connection);
     let fitting = fds.map(|have| (have.saturating_sub(reserve) / per_worker) as usize);
     match (requested, fitting) {
@@ -797,13 +807,13 @@ fn fit_connections(
                 .saturating_mul(per_worker)
                 .saturating_add(reserve);
             let warning = format!(
-                "warning: the open-file limit is {have}, but the connection limits need up to \
+                "the open-file limit is {have}, but the connection limits need up to \
                  {needed} descriptors: beyond about {} connections accept() will fail (EMFILE). \
                  Raise the hard limit (ulimit -Hn, systemd LimitNOFILE=) or lower the connection \
                  limit ([limits] connections in the config file for serve)",
                 fit.saturating_mul(workers)
             );
-            (n, Some(warning))
+            (n, Some(Note::Warning(warning)))
         }
         (Some(n), _) => (n, None),
         (None, Some(fit)) if fit < DEFAULT_CONNECTIONS => {
@@ -814,7 +824,7 @@ fn fit_connections(
                  connections",
                 fds.unwrap_or_default()
             );
-            (fit, Some(note))
+            (fit, Some(Note::Info(note)))
         }
         (None, _) => (DEFAULT_CONNECTIONS, None),
     }
@@ -932,7 +942,9 @@ mod tests {
         // as information (no "warning").
         let (n, note) = fit_connections(None, 2, 2, FD_RESERVE, Some(20_000));
         assert_eq!(n, (20_000 - 64) / 4);
-        let note = note.unwrap();
+        let Some(Note::Info(note)) = note else {
+            panic!("{note:?}")
+        };
         assert!(
             note.starts_with("connections: up to 4984 per worker"),
             "{note}"
@@ -946,9 +958,13 @@ mod tests {
         );
         let (n, warning) = fit_connections(Some(5000), 1, 2, FD_RESERVE, Some(1024));
         assert_eq!(n, 5000);
-        assert!(warning
-            .unwrap()
-            .starts_with("warning: the open-file limit is 1024"));
+        let Some(Note::Warning(warning)) = warning else {
+            panic!("{warning:?}")
+        };
+        assert!(
+            warning.starts_with("the open-file limit is 1024"),
+            "{warning}"
+        );
     }
 
     /// The per-connection `setsockopt(TCP_NODELAY)` was dropped because the

@@ -234,10 +234,10 @@ fn acme_site_tls(
     };
     let names = site.names.join(", ");
     let stored = crate::acme::load_stored(acme, &site.names).unwrap_or_else(|e| {
-        say(format!(
-            "warning: {}: stored ACME certificate for {names} unreadable: {e}",
+        tracing::warn!(
+            "{}: stored ACME certificate for {names} unreadable: {e}",
             site.origin
-        ));
+        );
         None
     });
     let (chain_pem, key_pem, state) = match stored {
@@ -345,7 +345,7 @@ fn site_tls(
             })?;
         // A warning here and in `config check` alike (cert::uncovered).
         for w in cert::uncovered(&key.cert[0], c, &site.names) {
-            say(format!("warning: {}: {w}", site.origin));
+            tracing::warn!("{}: {w}", site.origin);
         }
         say(shown);
         if let Some(t) = not_after(&key) {
@@ -371,11 +371,11 @@ fn site_tls(
                     Arc::new(key)
                 }
                 Err(e) => {
-                    say(format!(
-                        "warning: {}: {e}; certificate {} is served without a staple",
+                    tracing::warn!(
+                        "{}: {e}; certificate {} is served without a staple",
                         site.origin,
                         c.display()
-                    ));
+                    );
                     recheck = earliest(recheck, e.valid_from());
                     key
                 }
