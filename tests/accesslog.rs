@@ -609,7 +609,7 @@ fn a_full_disk_leaves_only_whole_lines() {
     // (Lines of the last full burst that its worker wrote later, if any,
     // may come too: the new ones are told by their target.)
     burst(5, "/hello.txt?after");
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + common::WAIT;
     let after = loop {
         let text = std::fs::read_to_string(&log).unwrap();
         let n = text.matches("GET /hello.txt?after ").count();

@@ -604,15 +604,19 @@ fn sample(text: &str, series: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// Scrape (text format) until `ok` holds for the text, up to 20 s; the text.
+/// Scrape (text format) until `ok` holds for the text (within WAIT); the text.
 fn scrape_until(addr: &str, what: &str, ok: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + common::WAIT;
     loop {
         let (_, text) = scrape(addr, None);
         if ok(&text) {
             return text;
         }
-        assert!(Instant::now() < deadline, "no {what} after 20 s:\n{text}");
+        assert!(
+            Instant::now() < deadline,
+            "no {what} within {:?}:\n{text}",
+            common::WAIT
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -114,7 +114,7 @@ fn refused_start(config: &Path) -> String {
 
 /// The lines of `path`, once it holds at least `n` (up to 10 s).
 fn wait_lines(path: &Path, n: usize) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + common::WAIT;
     loop {
         let l: Vec<String> = std::fs::read_to_string(path)
             .unwrap_or_default()
