@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{served_fingerprint, Ca, Server};
+use common::{served_fingerprint, server_pid, status_field, Ca, Server};
 use rustix::process::Signal;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -87,32 +87,6 @@ impl Setup {
             String::from_utf8_lossy(&out.stderr)
         )
     }
-}
-
-/// The server process's pid, from the parent's line.
-fn server_pid(text: &str) -> u32 {
-    let after = text
-        .lines()
-        .rev()
-        .find_map(|l| {
-            l.split("server process ")
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-        })
-        .unwrap_or_else(|| panic!("no server process line in: {text}"));
-    after.parse().unwrap()
-}
-
-/// A `/proc/PID/status` field, its words joined by one space.
-fn status_field(pid: u32, name: &str) -> String {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(name))
-        .unwrap_or("")
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 fn alive(pid: u32) -> bool {

@@ -1239,22 +1239,9 @@ fn runs_as_the_configured_user_with_no_capabilities_left() {
         );
         // The parent stays root; its server process, which serves, is
         // nobody's (tests/parent.rs tests the parent's part).
-        let out = server.wait_for_output("parent process ", 1);
-        let child = out
-            .lines()
-            .find_map(|l| l.split("server process ").nth(1))
-            .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
-            .unwrap_or_else(|| panic!("no server process in {out}"));
+        let child = common::server_pid(&server.wait_for_output("parent process ", 1));
         let status = std::fs::read_to_string(format!("/proc/{child}/status")).unwrap();
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .unwrap_or("")
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
+        let field = |name: &str| common::status_field(child, name);
         assert_eq!(field("Uid:"), "65534 65534 65534 65534", "{status}");
         assert_eq!(field("Gid:"), "65534 65534 65534 65534", "{status}");
         assert_eq!(field("Groups:"), "65534", "{status}");

@@ -620,17 +620,7 @@ fn serving_pid(server: &Server, parented: bool) -> u32 {
     if !parented {
         return server.pid();
     }
-    let out = server.wait_for_output("server process ", 1);
-    out.lines()
-        .find_map(|l| {
-            l.split("server process ")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no server process line: {out}"))
+    common::server_pid(&server.wait_for_output("server process ", 1))
 }
 
 /// Point the symlink `link` at `to` the way deploy tools do (`ln -sfn`

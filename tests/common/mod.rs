@@ -1000,3 +1000,30 @@ pub fn split_responses(transcript: &str, head_requests: &[bool]) -> Vec<Response
     }
     all
 }
+
+/// The server process's pid, from the last `... server process PID ...`
+/// line of tlsfront's privileged parent in `text`.
+pub fn server_pid(text: &str) -> u32 {
+    let after = text
+        .lines()
+        .rev()
+        .find_map(|l| {
+            l.split("server process ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+        })
+        .unwrap_or_else(|| panic!("no server process line in: {text}"));
+    after.parse().unwrap()
+}
+
+/// A `/proc/PID/status` field, its words joined by one space.
+pub fn status_field(pid: u32, name: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .unwrap_or("")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
