@@ -794,6 +794,15 @@ pub enum Step<'a> {
     Await(&'a AtomicBool),
 }
 
+/// How a wait in [`s_client`] ended.
+#[derive(PartialEq, Eq)]
+enum Waited {
+    Done,
+    /// s_client's output ended first.
+    Ended,
+    TimedOut,
+}
+
 /// Run `openssl s_client` against `port` with `args`, feeding `steps` to
 /// its stdin, then closing stdin. Killed after `limit`. Returns (stdout,
 /// stderr, exited-by-itself).
@@ -834,27 +843,42 @@ pub fn s_client(
     let (err, e) = gather(Box::new(child.stderr.take().unwrap()));
     let text = |b: &Arc<Mutex<Vec<u8>>>| String::from_utf8_lossy(&b.lock().unwrap()).into_owned();
     // A wait that failed: kill s_client, then fail saying what was awaited.
+    // Once s_client is gone both readers end; the report waits for its
+    // stderr too, where it says why a connection ended.
     let mut fail = |what: String| -> ! {
+        let ended = o.is_finished();
         let _ = child.kill();
         let _ = child.wait();
+        let deadline = Instant::now() + WAIT;
+        while !e.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let why = if ended {
+            "s_client ended first".to_string()
+        } else {
+            format!("waited {WAIT:?}")
+        };
         panic!(
-            "s_client: waited {WAIT:?} for {what}\nstdout:\n{}\nstderr:\n{}",
+            "s_client: {why}, without {what}\nstdout:\n{}\nstderr:\n{}",
             text(&out),
             text(&err)
         );
     };
     for step in steps {
         // Until `done` holds, or the output has ended (nothing more can
-        // come), or WAIT has passed (then false).
+        // come), or WAIT has passed; says which, `done` first.
         let wait = |done: &dyn Fn() -> bool| {
             let deadline = Instant::now() + WAIT;
             loop {
                 let ended = o.is_finished();
-                if done() || ended {
-                    return true;
+                if done() {
+                    return Waited::Done;
+                }
+                if ended {
+                    return Waited::Ended;
                 }
                 if Instant::now() > deadline {
-                    return false;
+                    return Waited::TimedOut;
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -866,19 +890,27 @@ pub fn s_client(
             }
             Step::Sleep(ms) => std::thread::sleep(Duration::from_millis(*ms)),
             Step::WaitFor(t) => {
-                if !wait(&|| text(&out).contains(t)) {
+                if wait(&|| text(&out).contains(t)) == Waited::TimedOut {
                     fail(format!("{t:?} in its output"));
                 }
             }
             Step::WaitForStderr(t, n) => {
-                if !wait(&|| text(&err).matches(t).count() >= *n) {
+                if wait(&|| text(&err).matches(t).count() >= *n) == Waited::TimedOut {
                     fail(format!("{t:?} {n} time(s) on its stderr"));
                 }
             }
             Step::WaitForFile(path) => {
+                // Seen written once is enough: s_client rewrites the file
+                // for every ticket (truncating it first), so a second look
+                // can land in between.
                 let written = || std::fs::metadata(path).is_ok_and(|m| m.len() > 0);
-                if !wait(&written) || !written() {
-                    fail(format!("{} to be written", path.display()));
+                match wait(&written) {
+                    Waited::Done => {}
+                    // s_client is gone: the file is as it left it.
+                    Waited::Ended if written() => {}
+                    Waited::Ended | Waited::TimedOut => {
+                        fail(format!("{} to be written", path.display()))
+                    }
                 }
             }
             Step::Set(flag) => flag.store(true, SeqCst),
