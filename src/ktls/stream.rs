@@ -12,8 +12,8 @@
 use super::{crypto_info, Direction, Version};
 use crate::server::timer;
 use crate::sys;
+use crate::tls::wire::AlertLevel;
 use crate::transport::{Path, Transport, TransportError};
-use rustls::internal::msgs::enums::AlertLevel;
 use rustls::kernel::KernelConnection;
 use rustls::server::ServerConnectionData;
 use rustls::{AlertDescription, ContentType, HandshakeType};

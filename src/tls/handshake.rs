@@ -18,9 +18,9 @@
 
 use super::hello::{self, Gathered, Refusal};
 use super::outbuf::OutBuf;
+use super::wire::AlertLevel;
 use super::Hello;
 use crate::transport::{try_read_drained, TransportError};
-use rustls::internal::msgs::enums::AlertLevel;
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, UnbufferedStatus};
 use rustls::ServerConfig;

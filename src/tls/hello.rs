@@ -9,7 +9,7 @@
 //! step; anything unexpected (a malformed message, which rustls rejects
 //! itself) gives the defaults: no name, no offer, no refusal.
 
-use rustls::internal::msgs::enums::ExtensionType;
+use super::wire::extension;
 use rustls::{AlertDescription, CipherSuite, ContentType, HandshakeType, ProtocolVersion};
 use std::borrow::Cow;
 
@@ -217,21 +217,21 @@ fn parse(msg: &[u8], hello: &mut Hello) -> Option<()> {
     let mut offers_tls13 = false;
     let mut renegotiating = false;
     while !exts.0.is_empty() {
-        let typ = ExtensionType::from(exts.u16()?);
+        let typ = exts.u16()?;
         let data = exts.vec16()?;
         match typ {
-            ExtensionType::ServerName => hello.sni = host_name(data),
-            ExtensionType::PreSharedKey => hello.offers_psk = true,
-            ExtensionType::SupportedVersions => {
+            extension::SERVER_NAME => hello.sni = host_name(data),
+            extension::PRE_SHARED_KEY => hello.offers_psk = true,
+            extension::SUPPORTED_VERSIONS => {
                 let mut list = Reader(Reader(data).vec8()?);
                 while let Some(v) = list.u16() {
                     offers_tls13 |= ProtocolVersion::from(v) == ProtocolVersion::TLSv1_3;
                 }
             }
-            ExtensionType::RenegotiationInfo => {
+            extension::RENEGOTIATION_INFO => {
                 renegotiating = Reader(data).vec8().is_some_and(|v| !v.is_empty());
             }
-            ExtensionType::ALProtocolNegotiation => {
+            extension::ALPN => {
                 let mut list = Reader(Reader(data).vec16()?);
                 let first = list.vec8();
                 hello.acme_challenge = first == Some(b"acme-tls/1") && list.0.is_empty();

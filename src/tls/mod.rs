@@ -7,6 +7,7 @@
 pub mod handshake;
 mod hello;
 mod hkdf;
+pub(crate) mod wire;
 pub mod ocsp;
 pub(crate) mod outbuf;
 pub mod tickets;
