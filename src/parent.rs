@@ -11,6 +11,9 @@
 //!   the access logs, each when the server process asks
 //!   ([`crate::privsep`]); a path the configuration does not name is not
 //!   read for it;
+//! - with `keys_in_parent` (the default) it keeps the private keys and
+//!   signs with them for the server process ([`Keys`]), so that nothing a
+//!   client talks to holds one;
 //! - SIGHUP: the configuration is read again (so that the files it now
 //!   names may be read), then the server process reloads;
 //! - SIGUSR1: the server process reopens its logs, through the parent;
@@ -21,18 +24,20 @@
 //! - a server process that dies is noticed and started again, unless it
 //!   keeps dying.
 //!
-//! The parent never talks to a client, and holds no TLS state.
+//! The parent never talks to a client, and holds no TLS state but keys.
 
 use crate::config::{secs, Settings};
 use crate::privileges::RunAs;
 use crate::privsep::{Answer, Request};
 use crate::server::handover::{self, Exec, Handed};
 use crate::server::{Reload, StartError};
-use std::collections::HashSet;
+use rustls::sign::SigningKey;
+use rustls::SignatureScheme;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::AsFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -58,6 +63,9 @@ pub fn wanted(settings: &Settings) -> bool {
 struct Held {
     files: HashSet<PathBuf>,
     logs: HashSet<PathBuf>,
+    /// Private keys to keep here and sign with (`keys_in_parent`); empty
+    /// when the server process is to read them.
+    keys: HashSet<PathBuf>,
 }
 
 impl Held {
@@ -71,6 +79,9 @@ impl Held {
             for (cert, key) in &site.certs {
                 held.files.insert(cert.clone());
                 held.files.insert(key.clone());
+                if settings.keys_in_parent {
+                    held.keys.insert(key.clone());
+                }
             }
             held.files.extend(site.ocsp.iter().flatten().cloned());
             if let crate::accesslog::Target::File(p) = &site.access_log.target {
@@ -92,12 +103,21 @@ impl Held {
             let dir = crate::config::cert::data_dir().map_err(fail)?;
             held.files.insert(dir.join("cert.pem"));
             held.files.insert(dir.join("key.pem"));
+            if settings.keys_in_parent {
+                held.keys.insert(dir.join("key.pem"));
+            }
         }
         Ok(held)
     }
 
-    fn answer(&self, request: Request) -> Answer {
+    fn answer(&self, request: Request, keys: &Arc<Keys>) -> Answer {
         match request {
+            Request::Key(p) if self.keys.contains(&p) => keys.load(&p),
+            Request::Key(_) => Answer::NotHeld,
+            Request::Signer => match keys.link() {
+                Ok(fd) => Answer::Fd(fd),
+                Err(e) => Answer::Error(e),
+            },
             Request::Read(p) if self.files.contains(&p) => match crate::safe_open::read(&p) {
                 Ok(bytes) => Answer::Data(zeroize::Zeroizing::new(bytes)),
                 Err(e) => Answer::Error(e),
@@ -108,6 +128,143 @@ impl Held {
             },
             Request::Read(_) | Request::OpenLog(_) => Answer::NotHeld,
         }
+    }
+}
+
+/// The private keys the parent holds for its server processes, by handle.
+/// Each load of a key (at start, at each reload) gets a new handle; the
+/// newest [`GENERATIONS`] of each path are kept, so that a handshake that
+/// began before a reload can still be signed after it.
+struct Keys {
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    table: Mutex<KeyTable>,
+}
+
+#[derive(Default)]
+struct KeyTable {
+    next: u32,
+    by_handle: HashMap<u32, Arc<dyn SigningKey>>,
+    by_path: HashMap<PathBuf, VecDeque<u32>>,
+}
+
+/// Loads of one key file kept at a time.
+const GENERATIONS: usize = 2;
+
+/// Every scheme rustls' providers sign with: what a key is asked about.
+const SCHEMES: [SignatureScheme; 10] = [
+    SignatureScheme::ECDSA_NISTP256_SHA256,
+    SignatureScheme::ECDSA_NISTP384_SHA384,
+    SignatureScheme::ECDSA_NISTP521_SHA512,
+    SignatureScheme::ED25519,
+    SignatureScheme::RSA_PSS_SHA512,
+    SignatureScheme::RSA_PSS_SHA384,
+    SignatureScheme::RSA_PSS_SHA256,
+    SignatureScheme::RSA_PKCS1_SHA512,
+    SignatureScheme::RSA_PKCS1_SHA384,
+    SignatureScheme::RSA_PKCS1_SHA256,
+];
+
+impl Keys {
+    fn new() -> Keys {
+        Keys {
+            provider: Arc::new(crate::tls::provider()),
+            table: Mutex::default(),
+        }
+    }
+
+    /// Read and keep the key at `path`: its public half and a handle for
+    /// the server process. A key that does not load is not kept
+    /// ([`Answer::NotHeld`]): the server process then reads the file's
+    /// bytes and says what is wrong with it, as without a parent.
+    fn load(&self, path: &Path) -> Answer {
+        let pem = match crate::safe_open::read(path) {
+            Ok(b) => zeroize::Zeroizing::new(b),
+            Err(e) => return Answer::Error(e),
+        };
+        use rustls::pki_types::pem::PemObject;
+        let Ok(der) = rustls::pki_types::PrivateKeyDer::from_pem_slice(&pem) else {
+            return Answer::NotHeld;
+        };
+        let Ok(key) = self.provider.key_provider.load_private_key(der) else {
+            return Answer::NotHeld;
+        };
+        let Some(public_key) = key.public_key().map(|k| k.as_ref().to_vec()) else {
+            return Answer::NotHeld;
+        };
+        // The key's own order of preference: what it picks from all, then
+        // from the rest, and so on.
+        let mut left = SCHEMES.to_vec();
+        let mut schemes = Vec::new();
+        while let Some(signer) = key.choose_scheme(&left) {
+            let s = signer.scheme();
+            schemes.push(s);
+            left.retain(|x| *x != s);
+        }
+        let algorithm = key.algorithm();
+        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        t.next = t.next.wrapping_add(1);
+        let handle = t.next;
+        t.by_handle.insert(handle, key);
+        let kept = t.by_path.entry(path.to_path_buf()).or_default();
+        kept.push_back(handle);
+        let gone: Vec<u32> = kept
+            .drain(..kept.len().saturating_sub(GENERATIONS))
+            .collect();
+        for h in gone {
+            t.by_handle.remove(&h);
+        }
+        Answer::Key(crate::privsep::KeyInfo {
+            handle,
+            algorithm,
+            schemes,
+            public_key,
+        })
+    }
+
+    fn sign(
+        &self,
+        handle: u32,
+        scheme: SignatureScheme,
+        message: &[u8],
+    ) -> std::io::Result<Vec<u8>> {
+        let key = self
+            .table
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_handle
+            .get(&handle)
+            .cloned()
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("no key {handle} (replaced by two reloads since)"),
+                )
+            })?;
+        let signer = key.choose_scheme(&[scheme]).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("key {handle} does not sign with {scheme:?}"),
+            )
+        })?;
+        signer
+            .sign(message)
+            .map_err(|e| std::io::Error::other(format!("signing: {e}")))
+    }
+
+    /// A new signing link: its far end for the server process; this end
+    /// served by a thread of its own until the server process closes it.
+    fn link(self: &Arc<Self>) -> std::io::Result<std::os::fd::OwnedFd> {
+        let (mine, theirs) = UnixStream::pair()?;
+        let keys = self.clone();
+        std::thread::Builder::new()
+            .name("parent-signer".into())
+            .spawn(move || {
+                let sign = |h, s, m: &[u8]| keys.sign(h, s, m);
+                if let Err(e) = crate::privsep::serve_signing(mine, sign) {
+                    tracing::warn!("signing link to the server process: {e}");
+                }
+            })?;
+        Ok(theirs.into())
     }
 }
 
@@ -200,6 +357,7 @@ struct Parent {
     exec: Exec,
     sockets: Vec<Handed>,
     held: Arc<Mutex<Held>>,
+    keys: Arc<Keys>,
     who: RunAs,
     exits: mpsc::UnboundedSender<Exited>,
 }
@@ -209,10 +367,14 @@ impl Parent {
     fn spawn(&self) -> Result<ServerProcess, StartError> {
         let (mine, theirs) = UnixStream::pair().map_err(StartError::Runtime)?;
         let held = self.held.clone();
+        let keys = self.keys.clone();
         std::thread::Builder::new()
             .name("parent-link".into())
             .spawn(move || {
-                let answer = |r| held.lock().unwrap_or_else(|p| p.into_inner()).answer(r);
+                let answer = |r| {
+                    let held = held.lock().unwrap_or_else(|p| p.into_inner());
+                    held.answer(r, &keys)
+                };
                 if let Err(e) = crate::privsep::serve(mine, answer) {
                     tracing::warn!("link to the server process: {e}");
                 }
@@ -269,6 +431,7 @@ pub fn run(settings: Settings, reload: Reload) -> Result<(), StartError> {
         exec,
         sockets,
         held,
+        keys: Arc::new(Keys::new()),
         who,
         exits,
     };

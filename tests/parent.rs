@@ -237,3 +237,169 @@ fn a_second_tlsfront_on_the_same_address_is_refused() {
     );
     first.stop();
 }
+
+/// The P-256 private scalar of a PKCS#8 key file (rcgen's), as stored:
+/// big-endian in the file, and little-endian (byte-reversed) as a BIGNUM
+/// holds it in memory.
+fn ec_scalar_forms(key: &Path) -> [Vec<u8>; 2] {
+    use rustls::pki_types::pem::PemObject;
+    let der = rustls::pki_types::PrivatePkcs8KeyDer::from_pem_file(key).unwrap();
+    let der = der.secret_pkcs8_der();
+    // ECPrivateKey: SEQUENCE { INTEGER 1, OCTET STRING (32) privateKey, ... }
+    let at = der
+        .windows(5)
+        .position(|w| w == [0x02, 0x01, 0x01, 0x04, 0x20])
+        .expect("an ECPrivateKey in the PKCS#8 key")
+        + 5;
+    let be = der[at..at + 32].to_vec();
+    let le = be.iter().rev().copied().collect();
+    [be, le]
+}
+
+/// Whether any of `needles` is in the memory of process `pid`: its
+/// readable pages that are in RAM (/proc/PID/pagemap says which; the
+/// allocator's untouched reservations are gigabytes of nothing).
+fn in_memory(pid: u32, needles: &[Vec<u8>]) -> bool {
+    use std::os::unix::fs::FileExt;
+    const PAGE: u64 = 4096;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap")).unwrap();
+    let found = |bytes: &[u8]| {
+        needles
+            .iter()
+            .any(|nd| bytes.windows(nd.len()).any(|w| w == nd.as_slice()))
+    };
+    for line in maps.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        if !perms.starts_with('r') || line.ends_with("[vvar]") || line.ends_with("[vsyscall]") {
+            continue;
+        }
+        let Some((start, end)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(start), Ok(end)) = (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16))
+        else {
+            continue;
+        };
+        let pages = ((end - start) / PAGE) as usize;
+        let mut entries = vec![0u8; pages * 8];
+        if pagemap
+            .read_exact_at(&mut entries, start / PAGE * 8)
+            .is_err()
+        {
+            continue;
+        }
+        let present = |i: usize| {
+            let e = u64::from_le_bytes(entries[i * 8..i * 8 + 8].try_into().unwrap());
+            e & (1 << 63) != 0
+        };
+        // Runs of present pages, read and searched whole.
+        let mut i = 0;
+        while i < pages {
+            if !present(i) {
+                i += 1;
+                continue;
+            }
+            let first = i;
+            while i < pages && present(i) {
+                i += 1;
+            }
+            let mut run = vec![0u8; (i - first) * PAGE as usize];
+            if mem
+                .read_exact_at(&mut run, start + first as u64 * PAGE)
+                .is_ok()
+                && found(&run)
+            {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+#[test]
+fn private_keys_stay_in_the_parent_which_signs_for_the_server_process() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let _serial = common::serial();
+    // One site with an ECDSA and an RSA certificate, keys root's alone.
+    let setup = Setup::new("");
+    let (ec_cert, ec_key) = setup.ca.issue("ec", &["localhost".to_string()], false);
+    let (rsa_cert, rsa_key) = setup.ca.issue("rsa", &["localhost".to_string()], true);
+    chmod(&ec_key, 0o600);
+    chmod(&rsa_key, 0o600);
+    let scalar = ec_scalar_forms(&ec_key);
+    for keys_in_parent in [true, false] {
+        let text = format!(
+            "user = \"nobody\"\nkeys_in_parent = {keys_in_parent}\n[[site]]\n\
+             names = [\"localhost\"]\ncert = [\"{}\", \"{}\"]\nkey = [\"{}\", \"{}\"]\n\
+             root = \"{}\"\n",
+            ec_cert.display(),
+            rsa_cert.display(),
+            ec_key.display(),
+            rsa_key.display(),
+            setup._www.path().display(),
+        );
+        std::fs::write(&setup.cfg, text).unwrap();
+        let server = Server::run(&setup.cfg, &[]);
+        let port = server.port;
+        let child = server_pid(&server.wait_for_output("parent process ", 1));
+        assert_eq!(setup.get(port), "hello from nobody\n");
+        // Every kind of signature a handshake asks for: TLS 1.3
+        // CertificateVerify with ECDSA and RSA-PSS, TLS 1.2
+        // ServerKeyExchange with RSA PKCS#1.
+        let ca = setup.ca.pem.display().to_string();
+        for (args, signed) in [
+            (
+                &["-tls1_3", "-sigalgs", "ecdsa_secp256r1_sha256"][..],
+                "ECDSA",
+            ),
+            (
+                &["-tls1_3", "-sigalgs", "rsa_pss_rsae_sha256"][..],
+                "RSA-PSS",
+            ),
+            (
+                &[
+                    "-tls1_2",
+                    "-cipher",
+                    "ECDHE-RSA-AES128-GCM-SHA256",
+                    "-sigalgs",
+                    "RSA+SHA256",
+                ][..],
+                "RSA",
+            ),
+        ] {
+            let mut all = vec!["-servername", "localhost", "-CAfile", &ca];
+            all.extend_from_slice(args);
+            let (out, err, _) = common::s_client(port, &all, &[], Duration::from_secs(30));
+            assert!(
+                out.contains("Verify return code: 0 (ok)")
+                    && out.contains(&format!("Peer signature type: {signed}\n")),
+                "keys_in_parent = {keys_in_parent}, {args:?}:\n{out}{err}"
+            );
+        }
+        // Where the ECDSA key is: in the parent's memory (which shows the
+        // search finds it), and in the server process's only when it was
+        // handed over.
+        if keys_in_parent {
+            assert!(in_memory(server.pid(), &scalar), "not in the parent");
+            assert!(
+                !in_memory(child, &scalar),
+                "the server process holds the private key"
+            );
+        } else {
+            assert!(
+                in_memory(child, &scalar),
+                "keys_in_parent = false: the server process should hold the key"
+            );
+        }
+        let (status, report) = server.stop();
+        assert!(status.success(), "{status}: {report}");
+    }
+}

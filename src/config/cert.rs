@@ -105,10 +105,35 @@ pub fn mismatch(cert: &Path, key: &Path, e: &dyn std::fmt::Display) -> String {
     )
 }
 
+/// A private key: its bytes, or (in the server process of a parent with
+/// `keys_in_parent`) a handle on the key the parent keeps and signs with.
+pub enum Key {
+    Der(PrivateKeyDer<'static>),
+    Parent(crate::privsep::ParentKey),
+}
+
+impl Key {
+    /// The key in a rustls [`CertifiedKey`] with `chain`, checked to be the
+    /// one the chain's first certificate was issued for.
+    pub fn certify(
+        self,
+        chain: Vec<CertificateDer<'static>>,
+        provider: &rustls::crypto::CryptoProvider,
+    ) -> Result<rustls::sign::CertifiedKey, rustls::Error> {
+        match self {
+            Key::Der(der) => rustls::sign::CertifiedKey::from_der(chain, der, provider),
+            Key::Parent(key) => {
+                let certified = rustls::sign::CertifiedKey::new(chain, std::sync::Arc::new(key));
+                certified.keys_match().map(|()| certified)
+            }
+        }
+    }
+}
+
 /// A loaded certificate chain and its key.
 pub struct Identity {
     pub chain: Vec<CertificateDer<'static>>,
-    pub key: PrivateKeyDer<'static>,
+    pub key: Key,
     pub cert_path: PathBuf,
     /// Made just now (first run).
     pub created: bool,
@@ -158,6 +183,20 @@ fn load_pem(cert: &Path, key: &Path, created: bool) -> Result<Identity, CertErro
         path: key.into(),
         source,
     };
+    // Kept by tlsfront's parent, which signs with it: only its public half
+    // comes here.
+    match crate::privsep::key(key) {
+        Some(Ok(held)) => {
+            return Ok(Identity {
+                chain,
+                key: Key::Parent(held),
+                cert_path: cert.into(),
+                created,
+            })
+        }
+        Some(Err(e)) => return Err(read_err(io(e))),
+        None => {}
+    }
     let pem = read_secret(key).map_err(io).map_err(read_err)?;
     if is_encrypted(&pem) {
         return Err(CertError::EncryptedKey { path: key.into() });
@@ -165,7 +204,7 @@ fn load_pem(cert: &Path, key: &Path, created: bool) -> Result<Identity, CertErro
     let key = PrivateKeyDer::from_pem_slice(&pem).map_err(read_err)?;
     Ok(Identity {
         chain,
-        key,
+        key: Key::Der(key),
         cert_path: cert.into(),
         created,
     })
@@ -321,7 +360,10 @@ mod tests {
         .unwrap();
         assert_eq!(id.chain.len(), 1);
         assert_eq!(id.fingerprint().len(), 32 * 3 - 1);
-        crate::tls::server_config(id.chain, id.key, &Default::default()).unwrap();
+        let Key::Der(key) = id.key else {
+            panic!("a key read here, not kept by a parent")
+        };
+        crate::tls::server_config(id.chain, key, &Default::default()).unwrap();
     }
 
     #[test]

@@ -298,9 +298,7 @@ fn describe_site(
             }
         };
         let leaf = id.chain[0].clone();
-        if let Err(e) =
-            rustls::sign::CertifiedKey::from_der(id.chain.clone(), id.key, &crate::tls::provider())
-        {
+        if let Err(e) = id.key.certify(id.chain.clone(), &crate::tls::provider()) {
             error(
                 out,
                 format!("{}: {}", site.key_origin, cert::mismatch(c, k, &e)),

@@ -168,6 +168,9 @@ pub struct FileConfig {
     pub user: Option<String>,
     /// ... and this group (default: the user's own).
     pub group: Option<String>,
+    /// With `user`: the private keys stay in the root parent, which signs
+    /// handshakes for the server process (default true).
+    pub keys_in_parent: Option<bool>,
     /// Read a PROXY v1/v2 header from a load balancer before TLS.
     pub accept_proxy: Option<bool>,
     /// Trusted sources of PROXY headers.

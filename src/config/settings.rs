@@ -28,6 +28,11 @@ pub struct Settings {
     pub ktls: KtlsMode,
     pub ktls_expect_no_pad: bool,
     pub run_as: Option<RunAs>,
+    /// With `run_as` (and so a root parent): the parent keeps the private
+    /// keys it reads and signs for the server process, which never holds
+    /// them; `false`: it hands the key files' bytes over, as nginx's
+    /// master does.
+    pub keys_in_parent: bool,
     /// Trusted sources of a PROXY header before TLS; `None`: no header read.
     pub accept_proxy: Option<Vec<IpNet>>,
     pub unknown_names: UnknownNames,
@@ -392,6 +397,7 @@ pub fn resolve(
         ktls: file.ktls.unwrap_or_default(),
         ktls_expect_no_pad: file.ktls_expect_no_pad.unwrap_or(true),
         run_as,
+        keys_in_parent: file.keys_in_parent.unwrap_or(true),
         accept_proxy,
         unknown_names,
         server_tokens: file.server_tokens.unwrap_or(true),

@@ -266,7 +266,9 @@ fn acme_site_tls(
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| in_site(&e))?;
     let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| in_site(&e))?;
-    let key = shared.certified_key(chain, key).map_err(|e| in_site(&e))?;
+    let key = shared
+        .certified_key(chain, cert::Key::Der(key))
+        .map_err(|e| in_site(&e))?;
     let expiry = not_after(&key).map(|t| ("acme".to_string(), t));
     let tls = shared
         .site(vec![key], site.alpn.clone())

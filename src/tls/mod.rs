@@ -7,11 +7,11 @@
 pub mod handshake;
 mod hello;
 mod hkdf;
-pub(crate) mod wire;
 pub mod ocsp;
 pub(crate) mod outbuf;
 pub mod tickets;
 pub mod userspace;
+pub(crate) mod wire;
 
 pub use hello::{Hello, Refusal};
 
@@ -124,9 +124,9 @@ impl TlsShared {
     pub fn certified_key(
         &self,
         chain: Vec<CertificateDer<'static>>,
-        key: PrivateKeyDer<'static>,
+        key: crate::config::cert::Key,
     ) -> Result<Arc<CertifiedKey>, TlsConfigError> {
-        CertifiedKey::from_der(chain, key, &self.provider)
+        key.certify(chain, &self.provider)
             .map(Arc::new)
             .map_err(TlsConfigError::Identity)
     }
@@ -232,7 +232,7 @@ pub fn server_config(
         opts.clone(),
         tickets::TicketKeys::rotating(tickets::DEFAULT_ROTATION),
     );
-    let cert = shared.certified_key(chain, key)?;
+    let cert = shared.certified_key(chain, crate::config::cert::Key::Der(key))?;
     shared.site(vec![cert], opts.alpn.clone())
 }
 
