@@ -254,7 +254,9 @@ pub async fn obtain(
     challenges: &Challenges,
 ) -> Result<Issued, AcmeError> {
     let names = normalize(names)?;
-    match tokio::time::timeout(OBTAIN_TIMEOUT, obtain_names(settings, &names, challenges)).await {
+    let http = client::AcmeHttp::new(settings.extra_roots.as_deref())?;
+    let work = obtain_names(settings, &names, challenges, http);
+    match tokio::time::timeout(OBTAIN_TIMEOUT, work).await {
         Ok(result) => result,
         Err(_) => Err(AcmeError::Timeout {
             what: format!("obtaining a certificate for {}", names.join(", ")),
@@ -264,10 +266,13 @@ pub async fn obtain(
     }
 }
 
-async fn obtain_names(
+/// [`obtain`]'s work, through `http` (any client, for the unit tests'
+/// fake CA).
+async fn obtain_names<H: instant_acme::HttpClient + Clone>(
     settings: &AcmeSettings,
     names: &[String],
     challenges: &Challenges,
+    http: H,
 ) -> Result<Issued, AcmeError> {
     let listed = names.join(", ");
     let identifiers: Vec<Identifier> = names.iter().cloned().map(Identifier::Dns).collect();
@@ -277,13 +282,12 @@ async fn obtain_names(
         detail,
     };
 
-    let (account, created) = account(settings, true).await?;
+    let (account, created) = account(settings, true, http.clone()).await?;
     let mut order = match retry_bad_nonce!(account.new_order(&NewOrder::new(&identifiers))) {
         // The CA forgot the stored account (a test CA restarted, or it was
         // deactivated elsewhere): register anew, once.
         Err(instant_acme::Error::Api(p)) if !created && is_problem(&p, "accountDoesNotExist") => {
             tracing::warn!(directory = %settings.directory, "the ACME CA no longer knows the stored account: registering a new one");
-            let http = client::AcmeHttp::new(settings.extra_roots.as_deref())?;
             let account = register(settings, http).await?;
             retry_bad_nonce!(account.new_order(&NewOrder::new(&identifiers)))
         }
@@ -568,7 +572,8 @@ pub async fn revoke(settings: &AcmeSettings, chain_pem: &str) -> Result<(), Acme
             detail: e.to_string(),
         })?;
     let work = async {
-        let (account, _) = account(settings, false).await?;
+        let http = client::AcmeHttp::new(settings.extra_roots.as_deref())?;
+        let (account, _) = account(settings, false, http).await?;
         let request = RevocationRequest {
             certificate: &leaf,
             reason: None,
@@ -662,9 +667,12 @@ pub fn account_path(settings: &AcmeSettings) -> PathBuf {
 
 /// The account for `settings.directory`: stored, or registered now (and
 /// saved) if `create`. The flag says it was registered now.
-async fn account(settings: &AcmeSettings, create: bool) -> Result<(Account, bool), AcmeError> {
-    let http = client::AcmeHttp::new(settings.extra_roots.as_deref())?;
-    http.check_directory(&settings.directory).await?;
+async fn account<H: instant_acme::HttpClient + Clone>(
+    settings: &AcmeSettings,
+    create: bool,
+    http: H,
+) -> Result<(Account, bool), AcmeError> {
+    client::check_directory(&http, &settings.directory).await?;
     let path = account_path(settings);
     match read_state(&path) {
         Ok(bytes) => {
@@ -1014,6 +1022,8 @@ mod tests {
 
     #[derive(Default)]
     struct NonceCaLog {
+        /// The POSTs to this path are the ones rejected, and logged.
+        reject_path: &'static str,
         reject: usize,
         /// (the nonce the request carried, the nonce its answer gave)
         posts: Vec<(String, String)>,
@@ -1023,8 +1033,9 @@ mod tests {
     }
 
     impl NonceCa {
-        fn rejecting(reject: usize) -> NonceCa {
+        fn rejecting(reject_path: &'static str, reject: usize) -> NonceCa {
             NonceCa(std::sync::Arc::new(std::sync::Mutex::new(NonceCaLog {
+                reject_path,
                 reject,
                 ..NonceCaLog::default()
             })))
@@ -1088,22 +1099,35 @@ mod tests {
                         log.fetched.push(fresh);
                         (answer.status(200), "")
                     }
-                    ("POST", "/account") => {
-                        log.posts.push((jws_nonce(&body), fresh));
-                        if log.posts.len() <= log.reject {
-                            (
+                    ("POST", path) => {
+                        let rejected = path == log.reject_path && {
+                            log.posts.push((jws_nonce(&body), fresh));
+                            log.posts.len() <= log.reject
+                        };
+                        match path {
+                            _ if rejected => (
                                 answer
                                     .status(400)
                                     .header("Content-Type", "application/problem+json"),
                                 r#"{"type":"urn:ietf:params:acme:error:badNonce","detail":"JWS has an invalid anti-replay nonce","status":400}"#,
-                            )
-                        } else {
-                            (
+                            ),
+                            "/account" => (
                                 answer
                                     .status(201)
                                     .header("Location", "https://ca.test/account/1"),
                                 r#"{"status":"valid"}"#,
-                            )
+                            ),
+                            "/order" => (
+                                answer
+                                    .status(201)
+                                    .header("Location", "https://ca.test/order/1"),
+                                r#"{"status":"pending","identifiers":[{"type":"dns","value":"a.example.com"}],"authorizations":["https://ca.test/authz/1"],"finalize":"https://ca.test/finalize/1"}"#,
+                            ),
+                            "/authz/1" => (
+                                answer.status(200),
+                                r#"{"status":"pending","identifier":{"type":"dns","value":"a.example.com"},"challenges":[{"type":"tls-alpn-01","url":"https://ca.test/chall/1","token":"tok","status":"pending"}]}"#,
+                            ),
+                            _ => (answer.status(404), ""),
                         }
                     }
                     _ => (answer.status(404), ""),
@@ -1126,7 +1150,7 @@ mod tests {
         };
 
         // One nonce short of the bound: registered, on the last try.
-        let ca = NonceCa::rejecting(max - 1);
+        let ca = NonceCa::rejecting("/account", max - 1);
         register(&settings, ca.clone())
             .await
             .unwrap_or_else(|e| panic!("{e}"));
@@ -1154,7 +1178,7 @@ mod tests {
         // A CA that rejects every nonce: exactly the bound, then BadNonce
         // naming the step (not "did not create an account").
         std::fs::remove_file(account_path(&settings)).unwrap();
-        let ca = NonceCa::rejecting(usize::MAX);
+        let ca = NonceCa::rejecting("/account", usize::MAX);
         let Err(err) = register(&settings, ca.clone()).await else {
             panic!("registered with every nonce rejected");
         };
@@ -1164,6 +1188,39 @@ mod tests {
         );
         assert_eq!(ca.0.lock().unwrap().posts.len(), max);
         assert!(!account_path(&settings).exists());
+    }
+
+    /// The step the earlier message got wrong: a CA rejecting every nonce
+    /// of "the challenge is ready" is a badNonce while asking it to
+    /// validate, not a failed validation; the request went out a bounded
+    /// number of times, each with the fresh nonce of the rejection before
+    /// (the order keeps it between calls), and the challenge certificate
+    /// is taken down again.
+    #[tokio::test]
+    async fn a_ready_challenge_whose_nonces_are_all_rejected_is_a_bad_nonce() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = AcmeSettings {
+            directory: "https://ca.test/dir".into(),
+            ..AcmeSettings::new(dir.path())
+        };
+        let ca = NonceCa::rejecting("/chall/1", usize::MAX);
+        let challenges = Challenges::default();
+        let names = vec!["a.example.com".to_string()];
+        let Err(err) = obtain_names(&settings, &names, &challenges, ca.clone()).await else {
+            panic!("issued with every nonce of the challenge rejected");
+        };
+        assert!(
+            matches!(&err, AcmeError::BadNonce { step, .. } if step == "asking it to validate a.example.com"),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(!text.contains("could not validate"), "{text}");
+        let log = ca.0.lock().unwrap();
+        assert_eq!(log.posts.len(), MAX_NONCES as usize);
+        for (i, pair) in log.posts.windows(2).enumerate() {
+            assert_eq!(pair[1].0, pair[0].1, "request {}", i + 1);
+        }
+        assert!(challenges.names().is_empty());
     }
 
     #[test]
