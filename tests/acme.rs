@@ -853,9 +853,9 @@ fn curl_id(port: u16, name: &str, cacert: Option<&Path>) -> (String, String, boo
 /// each request is sent again with the fresh nonce the rejection carried,
 /// a bounded number of times, and tlsfront gets its certificate and serves
 /// it (curl verifies it against pebble's root). Should an unlucky run meet
-/// more rejections in a row than the bound (one in some hundreds), the
-/// site's usual back-off tries again a minute later: the wait allows that
-/// one retry.
+/// more rejections in a row than the bound (rare, but pebble rolls its
+/// dice for real), the site's usual back-off tries again a minute later:
+/// the wait allows that one retry.
 #[test]
 fn tlsfront_gets_a_certificate_while_the_ca_rejects_half_the_nonces() {
     let port = free_tcp_port();
@@ -942,7 +942,8 @@ fn tlsfront_keeps_its_placeholder_when_the_ca_rejects_every_nonce() {
         )),
         "{line}"
     );
-    // Pebble's own words come through nowhere as another failure.
+    // Not reported as another failure (what the account, order or
+    // validation errors would say).
     for wrong in [
         "could not validate",
         "did not create an account",
