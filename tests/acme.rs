@@ -54,21 +54,44 @@ impl Drop for Pebble {
     }
 }
 
-/// A loopback port free for TCP right now (the kernel's pick).
-fn free_tcp_port() -> u16 {
-    StdTcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Whether `port` has not been handed out by this process yet (and now
+/// is). The ports are free when picked but only taken later, by pebble,
+/// its DNS server or tlsfront: without this, the kernel may pick a port
+/// again for another of them (in the same test or one running beside it)
+/// before the first has bound it.
+fn first_hand_out(port: u16) -> bool {
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap();
+    if handed_out.contains(&port) {
+        return false;
+    }
+    handed_out.push(port);
+    true
 }
 
-/// A loopback port free for both UDP and TCP (DNS listens on both).
+/// A loopback port free for TCP right now (the kernel's pick), not handed
+/// out before.
+fn free_tcp_port() -> u16 {
+    for _ in 0..100 {
+        let port = StdTcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if first_hand_out(port) {
+            return port;
+        }
+    }
+    panic!("no loopback port not handed out before in 100 tries");
+}
+
+/// A loopback port free for both UDP and TCP (DNS listens on both), not
+/// handed out before.
 fn free_dns_port() -> u16 {
     for _ in 0..100 {
         let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
         let port = udp.local_addr().unwrap().port();
-        if StdTcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if StdTcpListener::bind(("127.0.0.1", port)).is_ok() && first_hand_out(port) {
             return port;
         }
     }
@@ -126,6 +149,14 @@ fn start_pebble(tls_port: u16) -> Pebble {
 /// The same, issuing certificates valid for `validity` (pebble's
 /// `certificateValidityPeriod`; default five years).
 fn start_pebble_issuing_for(tls_port: u16, validity: Option<Duration>) -> Pebble {
+    start_pebble_with(tls_port, validity, 0)
+}
+
+/// The same, rejecting `nonce_reject` percent of good nonces with badNonce
+/// (`PEBBLE_WFE_NONCEREJECT`: each POST's nonce is refused when a roll in
+/// 0..100 is below it, so 100 refuses every one; the answer carries a fresh
+/// nonce all the same).
+fn start_pebble_with(tls_port: u16, validity: Option<Duration>, nonce_reject: u8) -> Pebble {
     let dir = tempfile::tempdir().unwrap();
     let (ca, cert, key) = https_certificate();
     let https_ca = dir.path().join("https-ca.pem");
@@ -170,10 +201,11 @@ fn start_pebble_issuing_for(tls_port: u16, validity: Option<Duration>) -> Pebble
         .arg("-config")
         .arg(&config_path)
         .args(["-dnsserver", &format!("127.0.0.1:{dns_port}")])
-        // Validate at once, accept every good nonce, and never reuse an
-        // authorization: each order is validated through the listener.
+        // Validate at once, accept every good nonce (unless told), and
+        // never reuse an authorization: each order is validated through the
+        // listener.
         .env("PEBBLE_VA_NOSLEEP", "1")
-        .env("PEBBLE_WFE_NONCEREJECT", "0")
+        .env("PEBBLE_WFE_NONCEREJECT", nonce_reject.to_string())
         .env("PEBBLE_AUTHZREUSE", "0")
         .stdout(Stdio::from(File::create(&log).unwrap()))
         .stderr(Stdio::from(File::create(&log).unwrap()))
@@ -181,6 +213,13 @@ fn start_pebble_issuing_for(tls_port: u16, validity: Option<Duration>) -> Pebble
         .expect("start pebble (Debian package pebble: tests/install-packages.sh installs it)");
     wait_for_port(acme_port, "pebble", &mut pebble, &log);
     wait_for_port(mgmt, "pebble (management)", &mut pebble, &log);
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        said.contains(&format!(
+            "Configured to reject {nonce_reject}% of good nonces"
+        )),
+        "pebble did not take PEBBLE_WFE_NONCEREJECT={nonce_reject}:\n{said}"
+    );
     Pebble {
         pebble,
         dns,
@@ -199,6 +238,24 @@ impl Pebble {
             state_dir: state_dir.to_path_buf(),
             extra_roots: Some(self.https_ca.clone()),
         }
+    }
+
+    /// POST requests to `path` pebble has seen so far (its log names each
+    /// before it checks the nonce).
+    fn posts_to(&self, path: &str) -> usize {
+        std::fs::read_to_string(self.dir.path().join("pebble.log"))
+            .unwrap_or_default()
+            .matches(&format!("POST {path} -> calling handler()"))
+            .count()
+    }
+
+    /// All POST requests pebble has seen so far.
+    fn posts(&self) -> usize {
+        std::fs::read_to_string(self.dir.path().join("pebble.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(" POST /") && l.ends_with("-> calling handler()"))
+            .count()
     }
 
     /// GET from pebble's management interface (curl, bounded).
@@ -746,4 +803,197 @@ fn tlsfront_as_user_stores_acme_certificates_in_a_directory_it_owns() {
         err.contains(&format!("chown -R 65534:65534 {}", acme_dir.display())),
         "{err}"
     );
+}
+
+/// A config for `tlsfront run` with one `acme = true` site, `name`, on
+/// pebble (its root for the ACME directory's HTTPS) and a state directory
+/// in `dir`; the site serves `id.txt` = "acme site\n".
+fn acme_site_config(dir: &Path, pebble: &Pebble, name: &str) -> PathBuf {
+    let www = dir.join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("id.txt"), "acme site\n").unwrap();
+    let config = dir.join("tlsfront.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "acme_directory = {:?}\nacme_ca_roots = {:?}\nstate_dir = {:?}\n\
+             [[site]]\nnames = [\"{name}\"]\nacme = true\nroot = {:?}\n",
+            pebble.directory,
+            pebble.https_ca.display().to_string(),
+            dir.join("state").display().to_string(),
+            www.display().to_string()
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// curl `https://NAME:PORT/id.txt` (on 127.0.0.1), verifying the server
+/// against `cacert`, or not at all if None: (body, stderr, success).
+fn curl_id(port: u16, name: &str, cacert: Option<&Path>) -> (String, String, bool) {
+    let mut curl = tool("curl");
+    curl.args(["-sS", "--max-time", "20"]);
+    match cacert {
+        Some(root) => curl.arg("--cacert").arg(root),
+        None => curl.arg("--insecure"),
+    };
+    let out = curl
+        .args(["--resolve", &format!("{name}:{port}:127.0.0.1")])
+        .arg(format!("https://{name}:{port}/id.txt"))
+        .output()
+        .expect("run curl");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.status.success(),
+    )
+}
+
+/// Pebble rejecting half the good nonces (badNonce, RFC 8555 section 6.5):
+/// each request is sent again with the fresh nonce the rejection carried,
+/// a bounded number of times, and tlsfront gets its certificate and serves
+/// it (curl verifies it against pebble's root). Should an unlucky run meet
+/// more rejections in a row than the bound (rare, but pebble rolls its
+/// dice for real), the site's usual back-off tries again a minute later:
+/// the wait allows that one retry.
+#[test]
+fn tlsfront_gets_a_certificate_while_the_ca_rejects_half_the_nonces() {
+    let port = free_tcp_port();
+    let pebble = start_pebble_with(port, None, 50);
+    let dir = tempfile::tempdir().unwrap();
+    let config = acme_site_config(dir.path(), &pebble, "n.tlsfront.test");
+    let listen = format!("127.0.0.1:{port}");
+    let server = common::Server::run(&config, &["--listen", &listen]);
+    let out = server
+        .output_within(
+            "certificate issued by",
+            1,
+            common::WAIT + tlsfront::acme::retry_delay(1),
+        )
+        .unwrap_or_else(|| {
+            panic!(
+                "no certificate issued with half the nonces rejected:\n{}{}",
+                server.output(),
+                server.log()
+            )
+        });
+    assert!(out.contains("for n.tlsfront.test, valid until"), "{out}");
+    eprintln!(
+        "issued after {} POST request(s) to pebble; tlsfront's log:\n{}",
+        pebble.posts(),
+        server.log()
+    );
+
+    let root = dir.path().join("pebble-root.pem");
+    std::fs::write(&root, pebble.mgmt_get("/roots/0")).unwrap();
+    let got = common::wait_until(
+        common::WAIT,
+        "pebble's certificate to be served",
+        || match curl_id(port, "n.tlsfront.test", Some(&root)) {
+            (body, _, true) if body == "acme site\n" => Ok(body),
+            (body, err, _) => Err(format!("{body}{err}")),
+        },
+    );
+    assert_eq!(got, "acme site\n");
+    let (status, report) = server.stop();
+    assert!(status.success(), "{report}");
+}
+
+/// Pebble rejecting every nonce: no certificate can be issued. tlsfront
+/// sends the first request (the new account) a bounded number of times,
+/// says that the CA rejected the nonce (badNonce), not that it could not
+/// validate the name or refused the account, schedules its next try by the
+/// usual back-off, and keeps serving the placeholder meanwhile.
+#[test]
+fn tlsfront_keeps_its_placeholder_when_the_ca_rejects_every_nonce() {
+    let port = free_tcp_port();
+    let pebble = start_pebble_with(port, None, 100);
+    let dir = tempfile::tempdir().unwrap();
+    let config = acme_site_config(dir.path(), &pebble, "z.tlsfront.test");
+    let listen = format!("127.0.0.1:{port}");
+    let server = common::Server::run(&config, &["--listen", &listen]);
+    assert!(
+        server
+            .startup
+            .iter()
+            .any(|l| l.contains("no certificate yet for z.tlsfront.test")),
+        "{:?}",
+        server.startup
+    );
+
+    let log = server.wait_for_log("ACME: no certificate for z.tlsfront.test");
+    let line = log
+        .lines()
+        .find(|l| l.contains("ACME: no certificate for z.tlsfront.test"))
+        .unwrap();
+    eprintln!("the line: {line}");
+    assert!(
+        line.contains(&format!(
+            "(1 failure in a row), next try in {} s",
+            tlsfront::acme::retry_delay(1).as_secs()
+        )),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!(
+            "the ACME CA at {} rejected the replay nonce of a request while registering an \
+             account (badNonce",
+            pebble.directory
+        )),
+        "{line}"
+    );
+    // Not reported as another failure (what the account, order or
+    // validation errors would say).
+    for wrong in [
+        "could not validate",
+        "did not create an account",
+        "refused an order",
+    ] {
+        assert!(!line.contains(wrong), "{wrong:?} in {line}");
+    }
+
+    // Bounded: the number of nonces the line says were refused is the
+    // number of new-account requests pebble saw, a handful; no other POST.
+    let refused: usize = line
+        .split("refused ")
+        .nth(1)
+        .and_then(|r| r.split(" nonces in a row").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of refused nonces in {line}"));
+    assert!((2..=20).contains(&refused), "{line}");
+    assert_eq!(pebble.posts_to("/sign-me-up"), refused);
+    assert_eq!(pebble.posts(), refused);
+
+    // The placeholder is still served (no client trusts it: curl refuses
+    // it against pebble's root, and serves the site without checking).
+    let (out, err, _) = common::s_client(
+        port,
+        &["-servername", "z.tlsfront.test"],
+        &[],
+        Duration::from_secs(20),
+    );
+    assert!(
+        out.contains("tlsfront placeholder (no ACME certificate yet)"),
+        "{out}{err}"
+    );
+    let root = dir.path().join("pebble-root.pem");
+    std::fs::write(&root, pebble.mgmt_get("/roots/0")).unwrap();
+    let (_, err, verified) = curl_id(port, "z.tlsfront.test", Some(&root));
+    assert!(!verified, "the placeholder verified against pebble's root");
+    assert!(err.contains("certificate"), "{err}");
+    let (body, err, ok) = curl_id(port, "z.tlsfront.test", None);
+    assert!(ok && body == "acme site\n", "{body}{err}");
+
+    // No spin: the next try is a minute away, so nothing more reached
+    // pebble while the site was being fetched, and the server stops cleanly.
+    assert_eq!(pebble.posts(), refused, "{}", server.log());
+    assert_eq!(
+        server
+            .log()
+            .matches("ACME: no certificate for z.tlsfront.test")
+            .count(),
+        1
+    );
+    let (status, report) = server.stop();
+    assert!(status.success(), "{report}");
 }

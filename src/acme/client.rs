@@ -104,52 +104,51 @@ impl HttpClient for AcmeHttp {
     }
 }
 
-impl AcmeHttp {
-    /// Fetch the directory and check that it is one: instant-acme builds
-    /// requests from the directory URL and from its newNonce URL with an
-    /// `expect`, so a malformed URL, ours or the CA's, would panic there.
-    /// Checked here first, it is an error naming the directory instead.
-    pub(crate) async fn check_directory(&self, url: &str) -> Result<(), AcmeError> {
-        let fail = |detail: String| AcmeError::Directory {
-            url: url.to_string(),
-            detail,
-        };
-        let uri = http::Uri::try_from(url).map_err(|e| fail(format!("not a URL ({e})")))?;
-        if uri.scheme_str() != Some("https") || uri.authority().is_none() {
-            return Err(fail("not an https:// URL".into()));
-        }
-        let request = http::Request::get(uri)
-            .body(BodyWrapper::default())
-            .map_err(|e| fail(e.to_string()))?;
-        let mut response = self
-            .request(request)
-            .await
-            .map_err(|e| fail(describe(&e)))?;
-        let status = response.parts.status;
-        let body = response
-            .body
-            .into_bytes()
-            .await
-            .map_err(|e| fail(format!("reading the answer: {e}")))?;
-        if !status.is_success() {
-            return Err(fail(format!("HTTP status {status}")));
-        }
-        let directory: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
-            fail(format!(
-                "the answer is not an ACME directory (not JSON: {e})"
-            ))
-        })?;
-        for field in ["newNonce", "newAccount", "newOrder"] {
-            let valid = directory
-                .get(field)
-                .and_then(serde_json::Value::as_str)
-                .is_some_and(|u| http::Uri::try_from(u).is_ok());
-            if !valid {
-                return Err(fail(format!(
-                    "the answer is not an ACME directory (no valid {field} URL)"
-                )));
-            }
-        }
-        Ok(())
+/// Fetch the directory through `http` and check that it is one:
+/// instant-acme builds requests from the directory URL and from its
+/// newNonce URL with an `expect`, so a malformed URL, ours or the CA's,
+/// would panic there. Checked here first, it is an error naming the
+/// directory instead. Any client, for the unit tests' fake CA.
+pub(crate) async fn check_directory(http: &impl HttpClient, url: &str) -> Result<(), AcmeError> {
+    let fail = |detail: String| AcmeError::Directory {
+        url: url.to_string(),
+        detail,
+    };
+    let uri = http::Uri::try_from(url).map_err(|e| fail(format!("not a URL ({e})")))?;
+    if uri.scheme_str() != Some("https") || uri.authority().is_none() {
+        return Err(fail("not an https:// URL".into()));
     }
+    let request = http::Request::get(uri)
+        .body(BodyWrapper::default())
+        .map_err(|e| fail(e.to_string()))?;
+    let mut response = http
+        .request(request)
+        .await
+        .map_err(|e| fail(describe(&e)))?;
+    let status = response.parts.status;
+    let body = response
+        .body
+        .into_bytes()
+        .await
+        .map_err(|e| fail(format!("reading the answer: {e}")))?;
+    if !status.is_success() {
+        return Err(fail(format!("HTTP status {status}")));
+    }
+    let directory: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
+        fail(format!(
+            "the answer is not an ACME directory (not JSON: {e})"
+        ))
+    })?;
+    for field in ["newNonce", "newAccount", "newOrder"] {
+        let valid = directory
+            .get(field)
+            .and_then(serde_json::Value::as_str)
+            .is_some_and(|u| http::Uri::try_from(u).is_ok());
+        if !valid {
+            return Err(fail(format!(
+                "the answer is not an ACME directory (no valid {field} URL)"
+            )));
+        }
+    }
+    Ok(())
 }

@@ -127,7 +127,7 @@ pub enum AcmeError {
     NoTlsAlpn { name: String, offered: String },
     #[error("the ACME CA could not validate {name} with TLS-ALPN-01: {detail}; check that {name} resolves to this server, that its port 443 reaches this listener, and that nothing in front of it terminates TLS")]
     Challenge { name: String, detail: String },
-    #[error("the ACME CA at {url} rejected the replay nonce of a request while {step} (badNonce, RFC 8555 section 6.5: each request carries a one-time nonce from the CA, and it refused the fresh one three times in a row): this is not a failed validation and says nothing about the names or this server; the order is tried again at the next attempt")]
+    #[error("the ACME CA at {url} rejected the replay nonce of a request while {step} (badNonce, RFC 8555 section 6.5: each request carries a one-time nonce from the CA, and it refused {MAX_NONCES} nonces in a row, each retry with a fresh one): this is not a failed validation and says nothing about the names or this server; it is tried again at the next attempt")]
     BadNonce { url: String, step: String },
     #[error("the ACME CA did not issue the certificate for {names}: {detail}")]
     Issue { names: String, detail: String },
@@ -167,6 +167,81 @@ fn poll_policy() -> RetryPolicy {
         .timeout(POLL_TIMEOUT)
 }
 
+/// How many calls into instant-acme one step makes while the CA rejects
+/// its request's nonce (`badNonce`, RFC 8555 section 6.5). Each call
+/// already sends the request with up to [`NONCES_PER_CALL`] nonces, each
+/// after the first the fresh one the CA's rejection carried; a call made
+/// again starts from the nonce the last rejection carried (instant-acme
+/// keeps it with the order) or from a new one (newNonce). A CA may reject a
+/// good nonce now and then (an expired one, another backend's); one that
+/// rejects them all fails the step after [`MAX_NONCES`] requests, and the
+/// caller's back-off takes over: bounded, never a spin.
+const BAD_NONCE_CALLS: u32 = 4;
+/// instant-acme's own bound (`Client::post`): the unit test
+/// `bad_nonces_are_retried_with_the_fresh_nonce_a_bounded_number_of_times`
+/// counts it.
+const NONCES_PER_CALL: u32 = 3;
+/// The most nonces one request of a step is sent with.
+const MAX_NONCES: u32 = BAD_NONCE_CALLS * NONCES_PER_CALL;
+
+fn is_bad_nonce(error: &instant_acme::Error) -> bool {
+    matches!(error, instant_acme::Error::Api(p) if is_problem(p, "badNonce"))
+}
+
+/// The result of `$call` (an instant-acme future), made again while it
+/// fails with badNonce, at most [`BAD_NONCE_CALLS`] times in all. A macro
+/// rather than a function taking a closure: the calls borrow an order or a
+/// challenge mutably, which a closure cannot lend to the future it returns.
+macro_rules! retry_bad_nonce {
+    ($call:expr) => {{
+        let mut calls = 1;
+        loop {
+            match $call.await {
+                Err(e) if is_bad_nonce(&e) && calls < BAD_NONCE_CALLS => {
+                    calls += 1;
+                    tracing::debug!(
+                        "the ACME CA rejected {NONCES_PER_CALL} nonces in a row (badNonce): \
+                         sending the request again ({calls} of {BAD_NONCE_CALLS})"
+                    );
+                }
+                other => break other,
+            }
+        }
+    }};
+}
+
+/// `error` as the failure of `step`: badNonce is [`AcmeError::BadNonce`]
+/// at every step, so that an operator is never told that an account, an
+/// order or a validation failed when the CA only refused nonces; anything
+/// else is what `other` makes of it.
+fn bad_nonce_or(
+    error: instant_acme::Error,
+    settings: &AcmeSettings,
+    step: &str,
+    other: impl FnOnce(instant_acme::Error) -> AcmeError,
+) -> AcmeError {
+    if is_bad_nonce(&error) {
+        AcmeError::BadNonce {
+            url: settings.directory.clone(),
+            step: step.to_string(),
+        }
+    } else {
+        other(error)
+    }
+}
+
+/// Every authorization of `order` fetched (a POST-as-GET each). Made again
+/// after a badNonce, it fetches only those not fetched yet: instant-acme
+/// keeps the states it has. The calls are counted for the whole step, not
+/// per authorization: still bounded, a little stricter.
+async fn fetch_authorizations(order: &mut instant_acme::Order) -> Result<(), instant_acme::Error> {
+    let mut authorizations = order.authorizations();
+    while let Some(authorization) = authorizations.next().await {
+        authorization?;
+    }
+    Ok(())
+}
+
 /// Obtain a certificate for `names` (the first one names its directory
 /// under `state_dir/certs`): the account from `state_dir` (registered and
 /// saved 0600 on first use), an order for `names`, TLS-ALPN-01 answered
@@ -179,7 +254,9 @@ pub async fn obtain(
     challenges: &Challenges,
 ) -> Result<Issued, AcmeError> {
     let names = normalize(names)?;
-    match tokio::time::timeout(OBTAIN_TIMEOUT, obtain_names(settings, &names, challenges)).await {
+    let http = client::AcmeHttp::new(settings.extra_roots.as_deref())?;
+    let work = obtain_names(settings, &names, challenges, http);
+    match tokio::time::timeout(OBTAIN_TIMEOUT, work).await {
         Ok(result) => result,
         Err(_) => Err(AcmeError::Timeout {
             what: format!("obtaining a certificate for {}", names.join(", ")),
@@ -189,10 +266,13 @@ pub async fn obtain(
     }
 }
 
-async fn obtain_names(
+/// [`obtain`]'s work, through `http` (any client, for the unit tests'
+/// fake CA).
+async fn obtain_names<H: instant_acme::HttpClient + Clone>(
     settings: &AcmeSettings,
     names: &[String],
     challenges: &Challenges,
+    http: H,
 ) -> Result<Issued, AcmeError> {
     let listed = names.join(", ");
     let identifiers: Vec<Identifier> = names.iter().cloned().map(Identifier::Dns).collect();
@@ -202,19 +282,33 @@ async fn obtain_names(
         detail,
     };
 
-    let (account, created) = account(settings, true).await?;
-    let mut order = match account.new_order(&NewOrder::new(&identifiers)).await {
+    let (account, created) = account(settings, true, http.clone()).await?;
+    let mut order = match retry_bad_nonce!(account.new_order(&NewOrder::new(&identifiers))) {
         // The CA forgot the stored account (a test CA restarted, or it was
         // deactivated elsewhere): register anew, once.
         Err(instant_acme::Error::Api(p)) if !created && is_problem(&p, "accountDoesNotExist") => {
             tracing::warn!(directory = %settings.directory, "the ACME CA no longer knows the stored account: registering a new one");
-            let http = client::AcmeHttp::new(settings.extra_roots.as_deref())?;
             let account = register(settings, http).await?;
-            account.new_order(&NewOrder::new(&identifiers)).await
+            retry_bad_nonce!(account.new_order(&NewOrder::new(&identifiers)))
         }
         other => other,
     }
-    .map_err(|e| order_error(describe(&e)))?;
+    .map_err(|e| {
+        bad_nonce_or(e, settings, &format!("ordering a certificate for {listed}"), |e| {
+            order_error(describe(&e))
+        })
+    })?;
+
+    // The authorizations first, each fetched once; the loop below then
+    // reads them from the order without asking the CA again.
+    retry_bad_nonce!(fetch_authorizations(&mut order)).map_err(|e| {
+        bad_nonce_or(
+            e,
+            settings,
+            &format!("fetching the authorizations for {listed}"),
+            |e| order_error(describe(&e)),
+        )
+    })?;
 
     // Put up a challenge certificate for each name the CA wants proven; the
     // guards take them down when this function returns, however it does.
@@ -241,21 +335,19 @@ async fn obtain_names(
         let digest = challenge.key_authorization().digest();
         let key = challenge::challenge_key(&name, digest.as_ref())?;
         answering.push(challenges.answer(&name, key));
-        challenge.set_ready().await.map_err(|e| match &e {
-            instant_acme::Error::Api(p) if is_problem(p, "badNonce") => AcmeError::BadNonce {
-                url: settings.directory.clone(),
-                step: format!("asking it to validate {name}"),
-            },
-            _ => AcmeError::Challenge {
-                name: name.clone(),
-                detail: describe(&e),
-            },
+        retry_bad_nonce!(challenge.set_ready()).map_err(|e| {
+            bad_nonce_or(e, settings, &format!("asking it to validate {name}"), |e| {
+                AcmeError::Challenge {
+                    name: name.clone(),
+                    detail: describe(&e),
+                }
+            })
         })?;
     }
 
-    match order.poll_ready(&poll_policy()).await {
+    match retry_bad_nonce!(order.poll_ready(&poll_policy())) {
         Ok(OrderStatus::Ready) => {}
-        Err(instant_acme::Error::Api(p)) if is_problem(&p, "badNonce") => {
+        Err(e) if is_bad_nonce(&e) => {
             return Err(AcmeError::BadNonce {
                 url: settings.directory.clone(),
                 step: format!("polling the order for {listed}"),
@@ -295,12 +387,22 @@ async fn obtain_names(
         names: listed.clone(),
         detail,
     };
-    order
-        .finalize_csr(csr.der())
-        .await
-        .map_err(|e| issue_error(describe(&e)))?;
-    let chain_pem = match order.poll_certificate(&poll_policy()).await {
+    retry_bad_nonce!(order.finalize_csr(csr.der())).map_err(|e| {
+        bad_nonce_or(
+            e,
+            settings,
+            &format!("finalizing the order for {listed}"),
+            |e| issue_error(describe(&e)),
+        )
+    })?;
+    let chain_pem = match retry_bad_nonce!(order.poll_certificate(&poll_policy())) {
         Ok(chain) => chain,
+        Err(e) if is_bad_nonce(&e) => {
+            return Err(AcmeError::BadNonce {
+                url: settings.directory.clone(),
+                step: format!("fetching the certificate for {listed}"),
+            })
+        }
         Err(instant_acme::Error::Timeout(_)) => {
             return Err(AcmeError::Timeout {
                 what: format!("issuing the certificate for {listed}"),
@@ -470,18 +572,24 @@ pub async fn revoke(settings: &AcmeSettings, chain_pem: &str) -> Result<(), Acme
             detail: e.to_string(),
         })?;
     let work = async {
-        let (account, _) = account(settings, false).await?;
-        account
-            .revoke(&RevocationRequest {
-                certificate: &leaf,
-                reason: None,
-            })
-            .await
-            .map_err(|e| AcmeError::Revoke {
-                url: settings.directory.clone(),
-                serial: serial.clone(),
-                detail: describe(&e),
-            })
+        let http = client::AcmeHttp::new(settings.extra_roots.as_deref())?;
+        let (account, _) = account(settings, false, http).await?;
+        let request = RevocationRequest {
+            certificate: &leaf,
+            reason: None,
+        };
+        retry_bad_nonce!(account.revoke(&request)).map_err(|e| {
+            bad_nonce_or(
+                e,
+                settings,
+                &format!("revoking the certificate with serial {serial}"),
+                |e| AcmeError::Revoke {
+                    url: settings.directory.clone(),
+                    serial: serial.clone(),
+                    detail: describe(&e),
+                },
+            )
+        })
     };
     match tokio::time::timeout(OBTAIN_TIMEOUT, work).await {
         Ok(result) => result,
@@ -559,9 +667,12 @@ pub fn account_path(settings: &AcmeSettings) -> PathBuf {
 
 /// The account for `settings.directory`: stored, or registered now (and
 /// saved) if `create`. The flag says it was registered now.
-async fn account(settings: &AcmeSettings, create: bool) -> Result<(Account, bool), AcmeError> {
-    let http = client::AcmeHttp::new(settings.extra_roots.as_deref())?;
-    http.check_directory(&settings.directory).await?;
+async fn account<H: instant_acme::HttpClient + Clone>(
+    settings: &AcmeSettings,
+    create: bool,
+    http: H,
+) -> Result<(Account, bool), AcmeError> {
+    client::check_directory(&http, &settings.directory).await?;
     let path = account_path(settings);
     match read_state(&path) {
         Ok(bytes) => {
@@ -617,20 +728,23 @@ async fn account(settings: &AcmeSettings, create: bool) -> Result<(Account, bool
 }
 
 /// Register a new account (agreeing to the CA's terms) and save it 0600.
-async fn register(settings: &AcmeSettings, http: client::AcmeHttp) -> Result<Account, AcmeError> {
+/// Generic over the HTTP client for the unit tests' fake CA.
+async fn register<H: instant_acme::HttpClient + Clone>(
+    settings: &AcmeSettings,
+    http: H,
+) -> Result<Account, AcmeError> {
     let contact: Vec<&str> = settings.contact.iter().map(String::as_str).collect();
-    let (account, credentials) = Account::builder_with_http(Box::new(http))
-        .create(
-            &NewAccount {
-                contact: &contact,
-                terms_of_service_agreed: true,
-                only_return_existing: false,
-            },
-            settings.directory.clone(),
-            None,
-        )
-        .await
-        .map_err(|e| match e {
+    let new_account = NewAccount {
+        contact: &contact,
+        terms_of_service_agreed: true,
+        only_return_existing: false,
+    };
+    let (account, credentials) = retry_bad_nonce!(Account::builder_with_http(Box::new(
+        http.clone()
+    ))
+    .create(&new_account, settings.directory.clone(), None))
+    .map_err(|e| {
+        bad_nonce_or(e, settings, "registering an account", |e| match e {
             // The CA answered with a problem document: it refused the account.
             instant_acme::Error::Api(_) => AcmeError::Account {
                 url: settings.directory.clone(),
@@ -641,7 +755,8 @@ async fn register(settings: &AcmeSettings, http: client::AcmeHttp) -> Result<Acc
                 url: settings.directory.clone(),
                 detail: describe(&e),
             },
-        })?;
+        })
+    })?;
     let json = serde_json::to_vec_pretty(&credentials).map_err(|e| AcmeError::Key {
         what: "the account file".into(),
         detail: e.to_string(),
@@ -889,8 +1004,223 @@ mod tests {
         }
         .to_string();
         assert!(e.contains("rejected the replay nonce of a request while asking it to validate a.test (badNonce"), "{e}");
+        assert!(
+            e.contains(&format!("refused {MAX_NONCES} nonces in a row")),
+            "{e}"
+        );
         assert!(e.contains("tried again at the next attempt"), "{e}");
         assert!(!e.contains("could not validate"), "{e}");
+    }
+
+    /// A fake CA for `register`: its directory, newNonce, and newAccount,
+    /// which rejects the nonce of the first `reject` requests (badNonce,
+    /// 400, each rejection carrying a fresh nonce, as RFC 8555 section 6.5
+    /// says) and then creates the account. It records the nonce each
+    /// newAccount request carried and the nonce each answer handed out.
+    #[derive(Clone)]
+    struct NonceCa(std::sync::Arc<std::sync::Mutex<NonceCaLog>>);
+
+    #[derive(Default)]
+    struct NonceCaLog {
+        /// The POSTs to this path are the ones rejected, and logged.
+        reject_path: &'static str,
+        reject: usize,
+        /// (the nonce the request carried, the nonce its answer gave)
+        posts: Vec<(String, String)>,
+        /// The nonces newNonce handed out.
+        fetched: Vec<String>,
+        handed_out: usize,
+    }
+
+    impl NonceCa {
+        fn rejecting(reject_path: &'static str, reject: usize) -> NonceCa {
+            NonceCa(std::sync::Arc::new(std::sync::Mutex::new(NonceCaLog {
+                reject_path,
+                reject,
+                ..NonceCaLog::default()
+            })))
+        }
+    }
+
+    /// The `nonce` of a JWS's protected header (base64url without padding).
+    fn jws_nonce(body: &[u8]) -> String {
+        let jws: serde_json::Value = serde_json::from_slice(body).unwrap();
+        let protected = jws["protected"].as_str().unwrap();
+        let mut bits = 0u32;
+        let mut nbits = 0;
+        let mut bytes = Vec::new();
+        for c in protected.bytes() {
+            let v = match c {
+                b'A'..=b'Z' => c - b'A',
+                b'a'..=b'z' => c - b'a' + 26,
+                b'0'..=b'9' => c - b'0' + 52,
+                b'-' => 62,
+                b'_' => 63,
+                _ => panic!("not base64url: {protected}"),
+            };
+            bits = (bits << 6) | u32::from(v);
+            nbits += 6;
+            if nbits >= 8 {
+                nbits -= 8;
+                bytes.push((bits >> nbits) as u8);
+                bits &= (1 << nbits) - 1;
+            }
+        }
+        let header: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        header["nonce"].as_str().unwrap().to_string()
+    }
+
+    impl instant_acme::HttpClient for NonceCa {
+        fn request(
+            &self,
+            req: http::Request<instant_acme::BodyWrapper<bytes::Bytes>>,
+        ) -> std::pin::Pin<
+            Box<
+                dyn std::future::Future<
+                        Output = Result<instant_acme::BytesResponse, instant_acme::Error>,
+                    > + Send,
+            >,
+        > {
+            let log = self.0.clone();
+            Box::pin(async move {
+                use http_body_util::BodyExt;
+                let (parts, body) = req.into_parts();
+                let body = body.collect().await.unwrap().to_bytes();
+                let mut log = log.lock().unwrap();
+                log.handed_out += 1;
+                let fresh = format!("nonce-{}", log.handed_out);
+                let answer = http::Response::builder().header("Replay-Nonce", &fresh);
+                let (answer, text) = match (parts.method.as_str(), parts.uri.path()) {
+                    ("GET", "/dir") => (
+                        answer.status(200),
+                        r#"{"newNonce":"https://ca.test/nonce","newAccount":"https://ca.test/account","newOrder":"https://ca.test/order"}"#,
+                    ),
+                    ("HEAD", "/nonce") => {
+                        log.fetched.push(fresh);
+                        (answer.status(200), "")
+                    }
+                    ("POST", path) => {
+                        let rejected = path == log.reject_path && {
+                            log.posts.push((jws_nonce(&body), fresh));
+                            log.posts.len() <= log.reject
+                        };
+                        match path {
+                            _ if rejected => (
+                                answer
+                                    .status(400)
+                                    .header("Content-Type", "application/problem+json"),
+                                r#"{"type":"urn:ietf:params:acme:error:badNonce","detail":"JWS has an invalid anti-replay nonce","status":400}"#,
+                            ),
+                            "/account" => (
+                                answer
+                                    .status(201)
+                                    .header("Location", "https://ca.test/account/1"),
+                                r#"{"status":"valid"}"#,
+                            ),
+                            "/order" => (
+                                answer
+                                    .status(201)
+                                    .header("Location", "https://ca.test/order/1"),
+                                r#"{"status":"pending","identifiers":[{"type":"dns","value":"a.example.com"}],"authorizations":["https://ca.test/authz/1"],"finalize":"https://ca.test/finalize/1"}"#,
+                            ),
+                            "/authz/1" => (
+                                answer.status(200),
+                                r#"{"status":"pending","identifier":{"type":"dns","value":"a.example.com"},"challenges":[{"type":"tls-alpn-01","url":"https://ca.test/chall/1","token":"tok","status":"pending"}]}"#,
+                            ),
+                            _ => (answer.status(404), ""),
+                        }
+                    }
+                    _ => (answer.status(404), ""),
+                };
+                let answer = answer
+                    .body(http_body_util::Full::new(bytes::Bytes::from(text)))
+                    .unwrap();
+                Ok(instant_acme::BytesResponse::from(answer))
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn bad_nonces_are_retried_with_the_fresh_nonce_a_bounded_number_of_times() {
+        let max = MAX_NONCES as usize;
+        let dir = tempfile::tempdir().unwrap();
+        let settings = AcmeSettings {
+            directory: "https://ca.test/dir".into(),
+            ..AcmeSettings::new(dir.path())
+        };
+
+        // One nonce short of the bound: registered, on the last try.
+        let ca = NonceCa::rejecting("/account", max - 1);
+        register(&settings, ca.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(account_path(&settings).exists());
+        {
+            let log = ca.0.lock().unwrap();
+            assert_eq!(log.posts.len(), max);
+            // Each request after a rejection carries the nonce that rejection
+            // gave, but for the first of each call into instant-acme, which
+            // fetches one from newNonce (a new call does not see the last
+            // rejection's nonce: instant-acme keeps none between calls of
+            // Account). Either way, never a nonce used before.
+            let mut newnonce = log.fetched.iter();
+            for (i, (carried, _)) in log.posts.iter().enumerate() {
+                if i % NONCES_PER_CALL as usize == 0 {
+                    assert_eq!(Some(carried), newnonce.next(), "request {i}");
+                } else {
+                    assert_eq!(carried, &log.posts[i - 1].1, "request {i}");
+                }
+            }
+            assert_eq!(newnonce.next(), None);
+            assert_eq!(log.fetched.len(), BAD_NONCE_CALLS as usize);
+        }
+
+        // A CA that rejects every nonce: exactly the bound, then BadNonce
+        // naming the step (not "did not create an account").
+        std::fs::remove_file(account_path(&settings)).unwrap();
+        let ca = NonceCa::rejecting("/account", usize::MAX);
+        let Err(err) = register(&settings, ca.clone()).await else {
+            panic!("registered with every nonce rejected");
+        };
+        assert!(
+            matches!(&err, AcmeError::BadNonce { step, .. } if step == "registering an account"),
+            "{err:?}"
+        );
+        assert_eq!(ca.0.lock().unwrap().posts.len(), max);
+        assert!(!account_path(&settings).exists());
+    }
+
+    /// The step the earlier message got wrong: a CA rejecting every nonce
+    /// of "the challenge is ready" is a badNonce while asking it to
+    /// validate, not a failed validation; the request went out a bounded
+    /// number of times, each with the fresh nonce of the rejection before
+    /// (the order keeps it between calls), and the challenge certificate
+    /// is taken down again.
+    #[tokio::test]
+    async fn a_ready_challenge_whose_nonces_are_all_rejected_is_a_bad_nonce() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = AcmeSettings {
+            directory: "https://ca.test/dir".into(),
+            ..AcmeSettings::new(dir.path())
+        };
+        let ca = NonceCa::rejecting("/chall/1", usize::MAX);
+        let challenges = Challenges::default();
+        let names = vec!["a.example.com".to_string()];
+        let Err(err) = obtain_names(&settings, &names, &challenges, ca.clone()).await else {
+            panic!("issued with every nonce of the challenge rejected");
+        };
+        assert!(
+            matches!(&err, AcmeError::BadNonce { step, .. } if step == "asking it to validate a.example.com"),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(!text.contains("could not validate"), "{text}");
+        let log = ca.0.lock().unwrap();
+        assert_eq!(log.posts.len(), MAX_NONCES as usize);
+        for (i, pair) in log.posts.windows(2).enumerate() {
+            assert_eq!(pair[1].0, pair[0].1, "request {}", i + 1);
+        }
+        assert!(challenges.names().is_empty());
     }
 
     #[test]
