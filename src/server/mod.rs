@@ -498,6 +498,15 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
         },
         admin,
     ) = bind_sockets(&settings, &mut inherited, role != Role::Alone)?;
+    // The main process names itself (with a parent, the parent does)
+    // before anything says it is ready: a file that cannot be written
+    // refuses the start. After the bind: a second tlsfront on the same
+    // port, refused there, must not touch the first one's file. Removed
+    // when this returns.
+    let mut pid_file = match (&settings.pid_file, role) {
+        (Some(path), Role::Alone) => Some(crate::pid_file::PidFile::write(path)?),
+        _ => None,
+    };
     // Keys are read and ports bound: nothing needs root from here on.
     if let Some(who) = &settings.run_as {
         who.switch()?;
@@ -551,12 +560,9 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
         threads.push(t);
     }
     signals.rt.spawn(certs::manage(front.clone()));
-    // Once it serves, the main process names itself (with a parent, the
-    // parent does); removed when this returns.
-    let _pid_file = match (&settings.pid_file, role) {
-        (Some(path), Role::Alone) => Some(crate::pid_file::PidFile::write(path)?),
-        _ => None,
-    };
+    if let Some(p) = &mut pid_file {
+        p.ready();
+    }
     match ready {
         // Started by an upgrade: the old process tells systemd (MAINPID).
         Some(fd) => handover::report_ready(fd),
