@@ -1,6 +1,7 @@
 //! Settings operators expect from a server, through the real binary and
 //! curl: `server_tokens = false` leaves the version out of `Server:` (and a
-//! reload turns it back on), and `pid_file` names the main process — the
+//! reload turns it back on), per site over the top level's (two sites on
+//! one listener, chosen by SNI; refused on a backend site), and `pid_file` names the main process — the
 //! one process alone, the root parent with `user` — is gone after
 //! SIGTERM, names the new process after an upgrade (SIGUSR2) and the old
 //! one after an upgrade that failed, is written before the start is
@@ -358,4 +359,107 @@ fn an_upgrade_that_fails_leaves_the_pid_file_to_the_process_that_serves_on() {
     assert_eq!(server.status("/index.html", &[]), "200");
     server.stop();
     assert!(!pid_file.exists(), "{} is left", pid_file.display());
+}
+
+/// The `Server` header curl sees from the site named `name` (SNI and
+/// Host, `--resolve`d to the server), for `path`; and the status.
+fn site_server_header(server: &Server, name: &str, path: &str) -> (String, String) {
+    let resolve = format!("{name}:{}:127.0.0.1", server.port);
+    let url = format!("https://{name}:{}{path}", server.port);
+    let out = server.curl(&[
+        "-k",
+        "--resolve",
+        &resolve,
+        "-o",
+        "/dev/null",
+        "-D",
+        "-",
+        &url,
+    ]);
+    let head = String::from_utf8_lossy(&out.stdout).into_owned();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_else(|| panic!("no response from {name}: {out:?}"))
+        .to_string();
+    let server = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Server: ").or(l.strip_prefix("server: ")))
+        .unwrap_or_else(|| panic!("no Server header from {name}: {head}"))
+        .trim_end()
+        .to_string();
+    (status, server)
+}
+
+#[test]
+fn server_tokens_is_per_site_over_the_top_level() {
+    let dir = tempfile::tempdir().unwrap();
+    for site in ["a", "b"] {
+        let root = dir.path().join(site);
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(root.join("index.html"), format!("{site}\n")).unwrap();
+    }
+    let config = |top: &str, a: &str| {
+        format!(
+            "{top}[[site]]\nnames = [\"a.test\"]\nroot = \"a\"\n{a}\
+             [[site]]\nnames = [\"b.test\"]\nroot = \"b\"\n"
+        )
+    };
+    let cfg = dir.path().join("tlsfront.toml");
+    let versioned = format!("tlsfront/{}", env!("CARGO_PKG_VERSION"));
+    // The top level leaves it on; a.test turns it off for itself.
+    std::fs::write(&cfg, config("", "server_tokens = false\n")).unwrap();
+    let server = Server::run(&cfg, &[]);
+    for path in ["/", "/no-such-file"] {
+        let (status, header) = site_server_header(&server, "a.test", path);
+        assert_eq!(header, "tlsfront", "a.test {path} ({status})");
+        let (status, header) = site_server_header(&server, "b.test", path);
+        assert_eq!(header, versioned, "b.test {path} ({status})");
+    }
+    assert_eq!(site_server_header(&server, "a.test", "/").0, "200");
+    assert_eq!(
+        site_server_header(&server, "b.test", "/no-such-file").0,
+        "404"
+    );
+    // Reloaded the other way: the top level turns it off, which b.test
+    // (setting nothing) takes, and a.test turns it on for itself.
+    std::fs::write(
+        &cfg,
+        config("server_tokens = false\n", "server_tokens = true\n"),
+    )
+    .unwrap();
+    server.reload();
+    server.wait_for_output("reloaded ", 1);
+    assert_eq!(site_server_header(&server, "a.test", "/").1, versioned);
+    assert_eq!(site_server_header(&server, "b.test", "/").1, "tlsfront");
+    server.stop();
+}
+
+#[test]
+fn server_tokens_on_a_backend_site_is_refused() {
+    // A backend site relays the TLS stream: it writes no Server header.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tlsfront.toml");
+    std::fs::write(
+        &cfg,
+        "[[site]]\nnames = [\"p.test\"]\nbackend = \"127.0.0.1:9\"\nserver_tokens = false\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["config", "check"])
+        .arg(&cfg)
+        .env("XDG_DATA_HOME", dir.path().join("data"))
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("line 4 ([[site]] #1), setting server_tokens"),
+        "{text}"
+    );
+    assert!(
+        text.contains("a backend site relays the TLS stream"),
+        "{text}"
+    );
 }

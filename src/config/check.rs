@@ -70,9 +70,6 @@ fn describe(s: &Settings, now: SystemTime, out: &mut String) -> usize {
     if let Some(a) = s.admin {
         let _ = writeln!(out, "admin: http://{a}/metrics and /healthz (plain HTTP)");
     }
-    if !s.server_tokens {
-        let _ = writeln!(out, "Server header: tlsfront, without the version");
-    }
     let mut errors = 0;
     if let Some(p) = &s.pid_file {
         // As `run` writes it (the main process: this user, or root as the
@@ -204,6 +201,9 @@ fn describe_files(
     }
     if let Some(c) = &f.charset {
         let _ = writeln!(out, "  charset {c} for text types");
+    }
+    if !f.server_tokens {
+        let _ = writeln!(out, "  Server header: tlsfront, without the version");
     }
     if !f.headers.is_empty() {
         let _ = writeln!(out, "  response headers: {}", f.headers.describe());

@@ -507,7 +507,6 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
     };
     let shared = TlsShared::new(TlsOptions::default(), tickets);
     let sites = Sites::build(&settings, &shared, &mut |l| println!("{l}"))?;
-    crate::http::response::set_server_tokens(settings.server_tokens);
     let mut ktls = ktls_support(settings.ktls)?;
     ktls.expect_no_pad = settings.ktls_expect_no_pad;
     let workers = settings.workers;
@@ -748,7 +747,6 @@ fn reload_sites(
                 connection_limit(fit);
                 front.metrics.connection_limit(limit, budget.workers);
             }
-            crate::http::response::set_server_tokens(new.server_tokens);
             front.sites_changed.notify_one();
             front.metrics.reloaded();
             println!(
