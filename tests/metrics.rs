@@ -933,3 +933,38 @@ fn a_reload_recomputes_the_connection_limit() {
     assert_eq!(get(server.port, "s0.test", &["/id.txt"]), ["200"]);
     let _ = server.stop();
 }
+
+#[test]
+fn a_set_connection_limit_that_a_reload_outgrows_is_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tlsfront.toml");
+    // The table after the top-level key many_sites starts with.
+    let with_set = |n, logs| {
+        many_sites(dir.path(), n, logs).replacen('\n', "\n[limits]\nconnections = 350\n", 1)
+    };
+    std::fs::write(&config, with_set(1, false)).unwrap();
+    let cfg = config.display().to_string();
+    // 350 fit beside one root (415 would); beside 100 roots and 100 logs
+    // (316) they do not.
+    let server = Server::spawn_via(
+        &["prlimit", "--nofile=1024:1024", "--"],
+        &["run", "--config", &cfg],
+        &["--workers", "1"],
+    );
+    assert!(!server.log().contains(" WARN "), "{}", server.log());
+    let addr = admin_addr(&server);
+    std::fs::write(&config, with_set(100, true)).unwrap();
+    server.reload();
+    let log = server.wait_for_log("the open-file limit is 1024");
+    assert!(log.contains("[limits] connections"), "{log}");
+    server.wait_for_output("reloaded ", 1);
+    // The limit that was set stays: the warning is the operator's cue.
+    let (_, text) = scrape(&addr, None);
+    assert_eq!(
+        sample(&text, "tlsfront_connections_limit"),
+        Some(350.0),
+        "{text}"
+    );
+    assert_eq!(get(server.port, "s7.test", &["/id.txt"]), ["200"]);
+    let _ = server.stop();
+}

@@ -743,10 +743,13 @@ fn reload_sites(
             // on them keep their roots and logs open: counted too).
             let fit = budget.fit(&front.sites.load());
             let limit = fit.0;
-            if front.connection_limit.swap(limit, Relaxed) != limit {
+            let changed = front.connection_limit.swap(limit, Relaxed) != limit;
+            // Said again when it moved, and a limit that was set and no
+            // longer fits beside the new sites is warned about again.
+            if changed || matches!(fit.1, Some(Note::Warning(_))) {
                 connection_limit(fit);
-                front.metrics.connection_limit(limit, budget.workers);
             }
+            front.metrics.connection_limit(limit, budget.workers);
             front.sites_changed.notify_one();
             front.metrics.reloaded();
             println!(
