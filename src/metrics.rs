@@ -844,10 +844,12 @@ impl Metrics {
         Active(self.active.clone())
     }
 
-    /// A worker that takes at most `n` connections at once.
-    pub fn connection_limit(&self, n: usize) {
+    /// The workers take at most `per_worker` connections at once each (at
+    /// start, and again after each reload).
+    pub fn connection_limit(&self, per_worker: usize, workers: usize) {
+        let total = per_worker.saturating_mul(workers);
         self.connection_limit
-            .inc_by(i64::try_from(n).unwrap_or(i64::MAX));
+            .set(i64::try_from(total).unwrap_or(i64::MAX));
     }
 
     /// A completed handshake, `took` after the wait for its ClientHello
@@ -1268,8 +1270,8 @@ mod tests {
         let m = Metrics::default();
         let site = m.site(&Arc::from("a.test"));
         let guard = site.open();
-        m.connection_limit(100);
-        m.connection_limit(100);
+        m.connection_limit(300, 2);
+        m.connection_limit(100, 2);
         m.handshake_done(false, Duration::from_millis(30), tls13());
         m.error(RELOAD_FAILED);
         let t = m.encode(Duration::ZERO, Format::Text);

@@ -435,6 +435,12 @@ pub fn run(settings: Settings, reload: Reload) -> Result<(), StartError> {
         who,
         exits,
     };
+    // The parent is the main process: it names itself before its server
+    // process says it serves (a file it cannot write refuses the start).
+    let mut pid_file = match &settings.pid_file {
+        Some(path) => Some(crate::pid_file::PidFile::write(path)?),
+        None => None,
+    };
     let mut server = parent.spawn()?;
     println!(
         "parent process {} (root): sockets, keys, logs, reloads and upgrades; server process {} \
@@ -443,11 +449,9 @@ pub fn run(settings: Settings, reload: Reload) -> Result<(), StartError> {
         server.pid,
         parent.who.name()
     );
-    // The parent is the main process: it names itself once it serves.
-    let _pid_file = match &settings.pid_file {
-        Some(path) => Some(crate::pid_file::PidFile::write(path)?),
-        None => None,
-    };
+    if let Some(p) = &mut pid_file {
+        p.ready();
+    }
     match ready {
         Some(fd) => handover::report_ready(fd),
         None => {

@@ -1,7 +1,8 @@
 //! How tlsfront opens a file while it may be root: configuration,
 //! certificates, keys, OCSP responses and ticket keys ([`read`]), access
 //! logs ([`open_log`]) and the self-signed identity made on first run
-//! ([`write_new_private`]) and the pid file ([`write_public`]). Every such open goes through here, so that one
+//! ([`write_new_private`]) and the pid file ([`write_public`], and
+//! [`check_write_public`] for `config check`). Every such open goes through here, so that one
 //! place decides what root may follow.
 //!
 //! The danger is a path another user can change: a link in a directory
@@ -441,8 +442,61 @@ pub fn write_public(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_own(path, bytes, 0o644)
 }
 
-/// [`write_new_private`] and [`write_public`] once the directory exists.
-fn write_own(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+/// Whether [`write_public`] would succeed, deciding without writing: the
+/// same directory rules, and a file that exists must be a regular file of
+/// this user's with one name that it may write; one that does not, a
+/// directory it may write in.
+pub fn check_write_public(path: &Path) -> io::Result<()> {
+    let (dirfd, name) = own_dir(path)?;
+    match rustix::fs::statat(&dirfd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+        Err(rustix::io::Errno::NOENT) => rustix::fs::accessat(
+            &dirfd,
+            ".",
+            rustix::fs::Access::WRITE_OK,
+            rustix::fs::AtFlags::EACCESS,
+        )
+        .map_err(with_path(path)),
+        Err(e) => Err(with_path(path)(e)),
+        Ok(st) => {
+            match FileType::from_raw_mode(st.st_mode) {
+                FileType::RegularFile => {}
+                FileType::Symlink => return Err(Refused::Link { path: path.into() }.into()),
+                _ => {
+                    return Err(Refused::NotRegular {
+                        path: path.into(),
+                        kind: kind_of(&st),
+                    }
+                    .into())
+                }
+            }
+            if st.st_nlink != 1 {
+                return Err(Refused::HardLinked {
+                    path: path.into(),
+                    links: nlink(&st),
+                }
+                .into());
+            }
+            if st.st_uid != rustix::process::geteuid().as_raw() {
+                return Err(Refused::NotOurs {
+                    path: path.into(),
+                    uid: st.st_uid,
+                }
+                .into());
+            }
+            rustix::fs::accessat(
+                &dirfd,
+                name,
+                rustix::fs::Access::WRITE_OK,
+                rustix::fs::AtFlags::EACCESS | rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(with_path(path))
+        }
+    }
+}
+
+/// The directory `path` is in, opened (`O_PATH`) as [`write_own`] and
+/// [`check_write_public`] require it, and the file's name in it.
+fn own_dir(path: &Path) -> io::Result<(OwnedFd, &std::ffi::OsStr)> {
     let (dir, name) = split(path)?;
     let dir_flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let dirfd = if is_root() {
@@ -466,6 +520,12 @@ fn write_own(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
         rustix::fs::open(dir, dir_flags - OFlags::NOFOLLOW, Mode::empty())
             .map_err(with_path(dir))?
     };
+    Ok((dirfd, name))
+}
+
+/// [`write_new_private`] and [`write_public`] once the directory exists.
+fn write_own(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let (dirfd, name) = own_dir(path)?;
     let fd = rustix::fs::openat(
         &dirfd,
         name,

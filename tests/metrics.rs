@@ -9,8 +9,9 @@
 //! (openssl s_client picking version, suite and group). `/healthz` (200
 //! while serving, 503 once draining) and `/metrics` answered beside idle
 //! and half-sent admin connections and while a reload is stuck reading a
-//! certificate from a FIFO, the admin socket handed on in an upgrade, and
-//! a bad `admin` address refused with where it was set.
+//! certificate from a FIFO, the admin socket handed on in an upgrade, a
+//! bad `admin` address refused with where it was set, and the connection
+//! limit computed again by a reload that adds (or drops) roots and logs.
 
 mod common;
 
@@ -849,5 +850,121 @@ fn admin_answers_while_a_reload_is_stuck() {
     }
     let out = server.wait_for_output("reloaded", 1);
     assert!(out.contains(": 3 sites"), "{out}");
+    let _ = server.stop();
+}
+
+/// A config with the admin listener and `n` sites, each with a root of its
+/// own under `dir` (the first the one the smaller configs have too) and,
+/// with `logs`, an access log of its own.
+fn many_sites(dir: &Path, n: usize, logs: bool) -> String {
+    let mut text = String::from("admin = \"127.0.0.1:0\"\n");
+    for i in 0..n {
+        let root = dir.join(format!("root{i}"));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("id.txt"), format!("site {i}\n")).unwrap();
+        text += &format!(
+            "[[site]]\nnames = [\"s{i}.test\"]\nroot = {:?}\n",
+            root.display().to_string()
+        );
+        if logs {
+            let log = dir.join(format!("access{i}.log"));
+            text += &format!("access_log = {:?}\n", log.display().to_string());
+        }
+    }
+    text
+}
+
+#[test]
+fn a_reload_recomputes_the_connection_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tlsfront.toml");
+    std::fs::write(&config, many_sites(dir.path(), 1, false)).unwrap();
+    let cfg = config.display().to_string();
+    // One worker under an open-file limit of 1024: an eighth for the
+    // open-file cache (128), the reserve (64) and one root; 2 descriptors
+    // per connection: (1024 - 64 - 128 - 1) / 2.
+    let server = Server::spawn_via(
+        &["prlimit", "--nofile=1024:1024", "--"],
+        &["run", "--config", &cfg],
+        &["--workers", "1"],
+    );
+    assert!(
+        server
+            .startup
+            .iter()
+            .any(|l| l.starts_with("connections: up to 415 per worker")),
+        "{:?}",
+        server.startup
+    );
+    let addr = admin_addr(&server);
+    let (_, text) = scrape(&addr, None);
+    assert_eq!(
+        sample(&text, "tlsfront_connections_limit"),
+        Some(415.0),
+        "{text}"
+    );
+    // 100 sites, each with its own root (the first kept) and access log:
+    // 99 more roots and 100 logs held, so (1024 - 64 - 128 - 100 - 100) / 2.
+    std::fs::write(&config, many_sites(dir.path(), 100, true)).unwrap();
+    server.reload();
+    server.wait_for_output("reloaded ", 1);
+    let out = server.wait_for_output("connections: up to 316 per worker", 1);
+    assert!(out.contains("reloaded"), "{out}");
+    let (_, text) = scrape(&addr, None);
+    assert_eq!(
+        sample(&text, "tlsfront_connections_limit"),
+        Some(316.0),
+        "{text}"
+    );
+    // And it serves the new sites.
+    assert_eq!(get(server.port, "s42.test", &["/id.txt"]), ["200"]);
+    // Back to one site, once that connection is over (it holds the sites
+    // it started with): the roots and logs let go, the limit back up.
+    scrape_until(&addr, "no connection open", |t| {
+        sample(t, "tlsfront_connections_active") == Some(0.0)
+    });
+    std::fs::write(&config, many_sites(dir.path(), 1, false)).unwrap();
+    server.reload();
+    server.wait_for_output("reloaded ", 2);
+    let text = scrape_until(&addr, "the limit back up", |t| {
+        sample(t, "tlsfront_connections_limit") == Some(415.0)
+    });
+    assert!(text.contains("tlsfront_connections_limit 415"), "{text}");
+    assert_eq!(get(server.port, "s0.test", &["/id.txt"]), ["200"]);
+    let _ = server.stop();
+}
+
+#[test]
+fn a_set_connection_limit_that_a_reload_outgrows_is_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tlsfront.toml");
+    // The table after the top-level key many_sites starts with.
+    let with_set = |n, logs| {
+        many_sites(dir.path(), n, logs).replacen('\n', "\n[limits]\nconnections = 350\n", 1)
+    };
+    std::fs::write(&config, with_set(1, false)).unwrap();
+    let cfg = config.display().to_string();
+    // 350 fit beside one root (415 would); beside 100 roots and 100 logs
+    // (316) they do not.
+    let server = Server::spawn_via(
+        &["prlimit", "--nofile=1024:1024", "--"],
+        &["run", "--config", &cfg],
+        &["--workers", "1"],
+    );
+    assert!(!server.log().contains(" WARN "), "{}", server.log());
+    let addr = admin_addr(&server);
+    std::fs::write(&config, with_set(100, true)).unwrap();
+    server.reload();
+    let log = server.wait_for_log("the open-file limit is 1024");
+    assert!(log.contains("[limits] connections"), "{log}");
+    server.wait_for_output("reloaded ", 1);
+    // The limit that was set stays: the warning is the operator's cue.
+    let (_, text) = scrape(&addr, None);
+    assert_eq!(
+        sample(&text, "tlsfront_connections_limit"),
+        Some(350.0),
+        "{text}"
+    );
+    assert_eq!(get(server.port, "s7.test", &["/id.txt"]), ["200"]);
     let _ = server.stop();
 }

@@ -66,6 +66,14 @@ enum Out {
 static OPEN: Mutex<Option<HashMap<PathBuf, Weak<Sink>>>> = Mutex::new(None);
 static STDOUT: Mutex<Weak<Sink>> = Mutex::new(Weak::new());
 
+/// Descriptors the access-log files hold now: one per file some site
+/// (or a line not yet written) still uses.
+pub fn open_files() -> u64 {
+    let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    open.as_ref()
+        .map_or(0, |m| m.values().filter(|w| w.strong_count() > 0).count()) as u64
+}
+
 impl Sink {
     fn new(out: Out) -> Sink {
         Sink {

@@ -5,7 +5,8 @@
 //! that expire soon, check each OCSP response to staple (good, for that
 //! certificate, current), open every document root, read the ticket keys,
 //! check the access logs, the ACME state directory and `ktls = "require"`
-//! with the functions `run` uses, and print the resolved sites.
+//! with the functions `run` uses, whether the pid file could be written,
+//! and print the resolved sites.
 
 use super::cert;
 use super::file::{FileConfig, UnknownNames};
@@ -69,13 +70,21 @@ fn describe(s: &Settings, now: SystemTime, out: &mut String) -> usize {
     if let Some(a) = s.admin {
         let _ = writeln!(out, "admin: http://{a}/metrics and /healthz (plain HTTP)");
     }
-    if !s.server_tokens {
-        let _ = writeln!(out, "Server header: tlsfront, without the version");
-    }
+    let mut errors = 0;
     if let Some(p) = &s.pid_file {
-        let _ = writeln!(out, "pid file: {}", p.display());
+        // As `run` writes it (the main process: this user, or root as the
+        // parent), decided without writing.
+        match crate::pid_file::PidFile::check(p) {
+            Ok(()) => {
+                let _ = writeln!(out, "pid file: {}", p.display());
+            }
+            Err(e) => {
+                errors += 1;
+                let _ = writeln!(out, "error: {e}");
+            }
+        }
     }
-    let mut errors = process_wide(s, out);
+    errors += process_wide(s, out);
     for (i, site) in s.sites.iter().enumerate() {
         errors += describe_site(site, &s.acme, i == s.default_site, now, out);
     }
@@ -192,6 +201,9 @@ fn describe_files(
     }
     if let Some(c) = &f.charset {
         let _ = writeln!(out, "  charset {c} for text types");
+    }
+    if !f.server_tokens {
+        let _ = writeln!(out, "  Server header: tlsfront, without the version");
     }
     if !f.headers.is_empty() {
         let _ = writeln!(out, "  response headers: {}", f.headers.describe());

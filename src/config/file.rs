@@ -135,6 +135,9 @@ pub struct SiteFile {
     pub fallback: Option<String>,
     /// `; charset=…` added to the `Content-Type` of text types.
     pub charset: Option<String>,
+    /// `false`: `Server: tlsfront` without the version (default: the top
+    /// level's `server_tokens`).
+    pub server_tokens: Option<bool>,
     /// …or TLS termination for this backend.
     pub backend: Option<String>,
     pub write_proxy: Option<ProxyVersion>,
@@ -177,7 +180,7 @@ pub struct FileConfig {
     pub proxy_from: Option<Vec<String>>,
     pub unknown_names: Option<UnknownNames>,
     /// `false`: `Server: tlsfront` without the version (nginx's
-    /// `server_tokens off`).
+    /// `server_tokens off`), for every site that does not set it.
     pub server_tokens: Option<bool>,
     /// The main process writes its pid here (and removes it at exit).
     pub pid_file: Option<PathBuf>,

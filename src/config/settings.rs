@@ -36,9 +36,6 @@ pub struct Settings {
     /// Trusted sources of a PROXY header before TLS; `None`: no header read.
     pub accept_proxy: Option<Vec<IpNet>>,
     pub unknown_names: UnknownNames,
-    /// The `Server` header names the version (`tlsfront/0.1.0`); `false`:
-    /// `tlsfront` alone.
-    pub server_tokens: bool,
     /// Where the main process writes its pid, if anywhere.
     pub pid_file: Option<PathBuf>,
     /// Session ticket key files (empty: keys rotated in memory).
@@ -133,6 +130,9 @@ pub struct Files {
     pub fallback: Option<crate::http::path::NormPath>,
     /// The charset added to text types' `Content-Type`.
     pub charset: Option<String>,
+    /// The `Server` header names the version (`tlsfront/0.1.0`); `false`:
+    /// `tlsfront` alone. The site's `server_tokens`, else the top level's.
+    pub server_tokens: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -321,7 +321,7 @@ pub fn resolve(
         let mut site = resolve_site(
             (origin, site_at),
             s.clone(),
-            (text, file.headers.as_ref()),
+            (text, file.headers.as_ref(), file.server_tokens),
             &file.limits,
             &file.timeouts,
             origins,
@@ -400,7 +400,6 @@ pub fn resolve(
         keys_in_parent: file.keys_in_parent.unwrap_or(true),
         accept_proxy,
         unknown_names,
-        server_tokens: file.server_tokens.unwrap_or(true),
         pid_file: file.pid_file.clone(),
         ticket_keys: file.ticket_keys.unwrap_or_default(),
         acme: crate::acme::AcmeSettings {
@@ -438,6 +437,8 @@ fn files_only_key(s: &SiteFile, default_headers: bool) -> Option<&'static str> {
         Some("fallback")
     } else if s.charset.is_some() {
         Some("charset")
+    } else if s.server_tokens.is_some() {
+        Some("server_tokens")
     } else {
         None
     }
@@ -507,7 +508,7 @@ fn site_setting(origin: &str, site_at: Option<usize>, text: &str, k: &str) -> St
 fn resolve_site(
     (origin, site_at): (String, Option<usize>),
     s: SiteFile,
-    (text, default_headers): (&str, Option<&HeadersFile>),
+    (text, default_headers, server_tokens): (&str, Option<&HeadersFile>, Option<bool>),
     limits: &Limits,
     timeouts: &Timeouts,
     origins: &Origins,
@@ -657,6 +658,7 @@ fn resolve_site(
                 headers: static_files.headers,
                 fallback: static_files.fallback,
                 charset: static_files.charset,
+                server_tokens: s.server_tokens.or(server_tokens).unwrap_or(true),
             })
         }
     };

@@ -6,7 +6,6 @@
 use super::conditional::LAST_HTTP_DATE;
 use std::cell::RefCell;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, SystemTime};
 
 pub const SERVER: &str = concat!("tlsfront/", env!("CARGO_PKG_VERSION"));
@@ -20,13 +19,31 @@ const AFTER_STATUS: &str = concat!(
 /// The same with `server_tokens = false`: no version.
 const AFTER_STATUS_NO_VERSION: &str = "\r\nServer: tlsfront\r\nDate: ";
 
-/// `server_tokens`: a process-wide setting, set at start and at each reload
-/// (`server::run`), read by every head.
-static SERVER_TOKENS: AtomicBool = AtomicBool::new(true);
+/// What the `Server` header says: the answering site's `server_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerHeader {
+    /// `tlsfront/VERSION` (`server_tokens = true`, the default).
+    WithVersion,
+    /// `tlsfront` (`server_tokens = false`).
+    NameOnly,
+}
 
-/// Whether the `Server` header names the version (`server_tokens`).
-pub fn set_server_tokens(on: bool) {
-    SERVER_TOKENS.store(on, Relaxed);
+impl ServerHeader {
+    pub fn from_tokens(server_tokens: bool) -> ServerHeader {
+        if server_tokens {
+            ServerHeader::WithVersion
+        } else {
+            ServerHeader::NameOnly
+        }
+    }
+
+    /// What follows the status line up to the `Date` value.
+    fn after_status(self) -> &'static [u8] {
+        match self {
+            ServerHeader::WithVersion => AFTER_STATUS.as_bytes(),
+            ServerHeader::NameOnly => AFTER_STATUS_NO_VERSION.as_bytes(),
+        }
+    }
 }
 
 pub fn reason(status: u16) -> &'static str {
@@ -118,25 +135,28 @@ pub struct Reply {
     head_only: bool,
     reusable: bool,
     keep_alive: bool,
+    server: ServerHeader,
 }
 
 impl Reply {
     /// `minor`: the request's HTTP/1.x version; `head_only`: a HEAD
     /// request; `reusable`: the client asked to keep the connection, the
-    /// limits allow another request, and the stream is in step with us.
-    pub fn new(minor: u8, head_only: bool, reusable: bool) -> Reply {
+    /// limits allow another request, and the stream is in step with us;
+    /// `server`: the answering site's `Server` header.
+    pub fn new(minor: u8, head_only: bool, reusable: bool, server: ServerHeader) -> Reply {
         Reply {
             minor,
             head_only,
             reusable,
             keep_alive: false,
+            server,
         }
     }
 
     /// For a request that could not be parsed or read to its end: the
     /// connection closes whatever the status.
-    pub fn closing(head_only: bool) -> Reply {
-        Reply::new(1, head_only, false)
+    pub fn closing(head_only: bool, server: ServerHeader) -> Reply {
+        Reply::new(1, head_only, false, server)
     }
 
     /// The stream is out of step (a body left unread): close after this.
@@ -183,11 +203,7 @@ impl<'a> Head<'a> {
         out.extend_from_slice(itoa::Buffer::new().format(status).as_bytes());
         out.push(b' ');
         out.extend_from_slice(reason(status).as_bytes());
-        out.extend_from_slice(if SERVER_TOKENS.load(Relaxed) {
-            AFTER_STATUS.as_bytes()
-        } else {
-            AFTER_STATUS_NO_VERSION.as_bytes()
-        });
+        out.extend_from_slice(reply.server.after_status());
         out.extend_from_slice(date.as_bytes());
         out.extend_from_slice(b"\r\n");
         Head {
@@ -254,7 +270,7 @@ mod tests {
     #[test]
     fn head_layout() {
         let mut out = Vec::new();
-        let reply = Reply::new(1, false, false);
+        let reply = Reply::new(1, false, false, ServerHeader::WithVersion);
         let mut h = Head::with_date(&mut out, 404, "Sat, 21 Nov 2026 00:00:00 GMT", &reply);
         h.header("Content-Type", "text/html")
             .header("X-Test", "a\r\nInjected: yes")
@@ -270,9 +286,14 @@ mod tests {
         ));
         // A second head in the same buffer replaces the first.
         let mut out = s.into_bytes();
-        Reply::new(1, false, true).start(&mut out, 200).finish(None);
+        Reply::new(1, false, true, ServerHeader::NameOnly)
+            .start(&mut out, 200)
+            .finish(None);
         let s = String::from_utf8(out).unwrap();
-        assert!(s.starts_with("HTTP/1.1 200 OK\r\n"), "{s}");
+        assert!(
+            s.starts_with("HTTP/1.1 200 OK\r\nServer: tlsfront\r\nDate: "),
+            "{s}"
+        );
         assert!(s.ends_with("GMT\r\n\r\n") && !s.contains("404"), "{s}");
     }
 
@@ -291,7 +312,7 @@ mod tests {
             (0, true, 200, true, Some("Connection: keep-alive")),
             (0, true, 400, false, Some("Connection: close")),
         ] {
-            let mut r = Reply::new(minor, false, reusable);
+            let mut r = Reply::new(minor, false, reusable, ServerHeader::WithVersion);
             r.start(&mut out, status).finish(Some(0));
             let s = String::from_utf8_lossy(&out);
             assert_eq!(r.keep_alive(), keep, "{status} {s}");
@@ -300,11 +321,11 @@ mod tests {
                 assert!(s.contains(line), "{s}");
             }
         }
-        let mut r = Reply::new(1, true, true);
+        let mut r = Reply::new(1, true, true, ServerHeader::WithVersion);
         r.stream_unusable();
         r.start(&mut out, 404).finish(None);
         assert!(!r.keep_alive() && !r.with_body());
-        assert!(!Reply::closing(false).keep_alive());
+        assert!(!Reply::closing(false, ServerHeader::WithVersion).keep_alive());
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::http::encoding::Encoding;
 use crate::http::path;
 use crate::http::range::{self, RangeResult};
 use crate::http::request::{self, Body, Expect, HeadLimits, Method, RequestHead};
-use crate::http::response::{error_page, Reply};
+use crate::http::response::{error_page, Reply, ServerHeader};
 use crate::http::site_headers::SiteHeaders;
 use crate::lograte::LogLimit;
 use crate::server::sites::{SiteJob, SiteRt};
@@ -60,6 +60,8 @@ struct FilesCfg {
     headers: SiteHeaders,
     fallback: Option<path::NormPath>,
     charset: Charset,
+    /// The site's `Server` header (`server_tokens`).
+    server: ServerHeader,
 }
 
 impl StaticFiles {
@@ -85,6 +87,7 @@ impl StaticFiles {
                 headers: files.headers.clone(),
                 fallback: files.fallback.clone(),
                 charset: Charset::new(files.charset.as_deref()),
+                server: ServerHeader::from_tokens(files.server_tokens),
             },
             log: LogLimit::new(crate::lograte::EVERY),
         })
@@ -343,7 +346,10 @@ async fn request<T: Transport>(
         match timeout_at(deadline, t.read(&mut s.buf[s.filled..])).await {
             Err(_) => {
                 if s.filled > 0 {
-                    let mut reply = Reply::closing(request::names_head(&s.buf[..s.filled]));
+                    let mut reply = Reply::closing(
+                        request::names_head(&s.buf[..s.filled]),
+                        cx.files.cfg.server,
+                    );
                     let _ = send_page(t, cx, &mut s.out, &mut reply, 408, &[]).await;
                     cx.log(&s.buf[..s.filled], started.elapsed());
                 }
@@ -358,7 +364,8 @@ async fn request<T: Transport>(
         Ok(h) => h,
         Err(e) => {
             tracing::debug!("bad request: {e}");
-            let mut reply = Reply::closing(request::names_head(&s.buf[..s.filled]));
+            let mut reply =
+                Reply::closing(request::names_head(&s.buf[..s.filled]), cx.files.cfg.server);
             let sent = send_page(t, cx, &mut s.out, &mut reply, e.status(), &[]).await;
             cx.log(&s.buf[..s.filled], started.elapsed());
             return Some(match sent {
@@ -418,6 +425,7 @@ async fn request<T: Transport>(
         head.minor,
         head.method == Method::Head,
         head.keep_alive && s.served + 1 < cfg.limits.keepalive_requests && !*stop.borrow(),
+        cfg.server,
     );
     let refused = if misdirected {
         Some((421, &[][..]))
@@ -443,7 +451,8 @@ async fn request<T: Transport>(
                         Ok(BodyRead::Done) => {}
                         Ok(BodyRead::Closed) => return Some(End::Close),
                         Ok(BodyRead::TimedOut) => {
-                            let mut reply = Reply::closing(head.method == Method::Head);
+                            let mut reply =
+                                Reply::closing(head.method == Method::Head, cx.files.cfg.server);
                             let _ = send_page(t, cx, &mut s.out, &mut reply, 408, &[]).await;
                             cx.log(&s.logged, started.elapsed());
                             return Some(End::Close);

@@ -106,7 +106,11 @@ pub(super) async fn manage(front: Arc<Front>) {
             if ocsp_due && !issued {
                 println!("OCSP staples are due for a look: rebuilding the sites");
             }
-            if !rebuild(&front, &sites) {
+            let rebuilt = rebuild(&front, &sites);
+            // Not kept while waiting: what old sites hold (roots, logs) is
+            // let go once a reload swaps them out.
+            drop(sites);
+            if !rebuilt {
                 // Not rebuilt (logged): the same sites would be due again
                 // at once; look again in a while, or after a reload.
                 tokio::select! {
@@ -120,6 +124,7 @@ pub(super) async fn manage(front: Arc<Front>) {
             .duration_since(SystemTime::now())
             .unwrap_or_default()
             .max(Duration::from_millis(100));
+        drop(sites);
         tokio::select! {
             _ = tokio::time::sleep(sleep) => {}
             // A reload may have added sites.

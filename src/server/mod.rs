@@ -31,6 +31,7 @@ use sites::{SiteJob, Sites};
 use socket2::{Domain, Socket, Type};
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use tokio::sync::watch;
 
@@ -55,6 +56,40 @@ pub(crate) struct Front {
     pub challenge_config: Arc<rustls::ServerConfig>,
     /// Woken when new sites are swapped in (reload).
     pub sites_changed: tokio::sync::Notify,
+    /// Connections each worker takes at once: what the open-file limit
+    /// leaves beside the descriptors the sites hold, computed again at
+    /// each reload ([`Budget`]).
+    pub connection_limit: AtomicUsize,
+}
+
+/// What the per-worker connection limit is computed from, besides the
+/// sites: fixed at start (what changes them takes a restart).
+struct Budget {
+    /// `[limits] connections`, if set.
+    requested: Option<usize>,
+    workers: usize,
+    /// Files each worker's open-file cache keeps.
+    cache: usize,
+    /// The open-file limit (`None`: unlimited).
+    fds: Option<u64>,
+}
+
+impl Budget {
+    /// The limit for `sites`, with the descriptors held now (document
+    /// roots, access logs) set aside, and what to say about it.
+    fn fit(&self, sites: &Sites) -> (usize, Option<Note>) {
+        let reserve = FD_RESERVE
+            + crate::files::open_roots()
+            + crate::accesslog::sink::open_files()
+            + (self.cache as u64).saturating_mul(self.workers as u64);
+        fit_connections(
+            self.requested,
+            self.workers,
+            sites.fds_per_connection(),
+            reserve,
+            self.fds,
+        )
+    }
 }
 
 /// Open connections per worker unless set otherwise (nginx's
@@ -472,7 +507,6 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
     };
     let shared = TlsShared::new(TlsOptions::default(), tickets);
     let sites = Sites::build(&settings, &shared, &mut |l| println!("{l}"))?;
-    crate::http::response::set_server_tokens(settings.server_tokens);
     let mut ktls = ktls_support(settings.ktls)?;
     ktls.expect_no_pad = settings.ktls_expect_no_pad;
     let workers = settings.workers;
@@ -483,13 +517,13 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
     let fds = fds.ok().flatten();
     let cache = open_file_cache(&settings.open_file_cache, workers, fds);
     crate::files::cache::configure(cache, secs(settings.open_file_cache.valid));
-    let max_connections = connection_limit(
-        settings.limits.connections,
+    let budget = Budget {
+        requested: settings.limits.connections,
         workers,
-        sites.fds_per_connection(),
-        FD_RESERVE + crate::files::open_roots() + (cache as u64).saturating_mul(workers as u64),
+        cache,
         fds,
-    );
+    };
+    let max_connections = connection_limit(budget.fit(&sites));
     let (
         Bound {
             per_worker: listeners,
@@ -498,6 +532,15 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
         },
         admin,
     ) = bind_sockets(&settings, &mut inherited, role != Role::Alone)?;
+    // The main process names itself (with a parent, the parent does)
+    // before anything says it is ready: a file that cannot be written
+    // refuses the start. After the bind: a second tlsfront on the same
+    // port, refused there, must not touch the first one's file. Removed
+    // when this returns.
+    let mut pid_file = match (&settings.pid_file, role) {
+        (Some(path), Role::Alone) => Some(crate::pid_file::PidFile::write(path)?),
+        _ => None,
+    };
     // Keys are read and ports bound: nothing needs root from here on.
     if let Some(who) = &settings.run_as {
         who.switch()?;
@@ -528,6 +571,7 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
         challenges,
         challenge_config,
         sites_changed: tokio::sync::Notify::new(),
+        connection_limit: AtomicUsize::new(max_connections),
         sites: ArcSwap::from_pointee(sites),
         shared,
         ktls,
@@ -536,6 +580,7 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
         log: LogLimit::new(crate::lograte::EVERY),
     });
     front.metrics.certificates(front.sites.load().expiry());
+    front.metrics.connection_limit(max_connections, workers);
     let (stop_tx, stop_rx) = watch::channel(false);
     if let Some(l) = admin {
         admin::start(l, front.clone(), stop_rx.clone())?;
@@ -546,17 +591,14 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
         let stop = stop_rx.clone();
         let t = std::thread::Builder::new()
             .name(format!("worker-{i}"))
-            .spawn(move || worker::worker(ls, front, stop, grace, max_connections))
+            .spawn(move || worker::worker(ls, front, stop, grace))
             .map_err(StartError::Runtime)?;
         threads.push(t);
     }
     signals.rt.spawn(certs::manage(front.clone()));
-    // Once it serves, the main process names itself (with a parent, the
-    // parent does); removed when this returns.
-    let _pid_file = match (&settings.pid_file, role) {
-        (Some(path), Role::Alone) => Some(crate::pid_file::PidFile::write(path)?),
-        _ => None,
-    };
+    if let Some(p) = &mut pid_file {
+        p.ready();
+    }
     match ready {
         // Started by an upgrade: the old process tells systemd (MAINPID).
         Some(fd) => handover::report_ready(fd),
@@ -567,7 +609,7 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
     }
 
     let stop = signals.wait(
-        || reload_sites(&front, &settings, reload.as_deref()),
+        || reload_sites(&front, &settings, &budget, reload.as_deref()),
         || match role {
             Role::Alone => upgrade(&exec, &handover, &front),
             Role::Child { parent } => {
@@ -634,11 +676,13 @@ enum Stop {
 
 /// SIGHUP: read the settings again and swap the new sites in, or keep the
 /// old ones and say why. What only a restart can change (listeners,
-/// workers, the user, kTLS mode, the connection limit) is kept as it is,
-/// with a warning.
+/// workers, the user, kTLS mode, `[limits] connections`) is kept as it is,
+/// with a warning; the connection limit the open-file limit allows is
+/// computed again for the descriptors the new sites hold.
 fn reload_sites(
     front: &Front,
     started: &Settings,
+    budget: &Budget,
     reload: Option<&dyn Fn() -> Result<Settings, ConfigError>>,
 ) {
     let Some(reload) = reload else {
@@ -695,7 +739,17 @@ fn reload_sites(
             let n = sites.len();
             front.metrics.certificates(sites.expiry());
             front.sites.store(Arc::new(sites));
-            crate::http::response::set_server_tokens(new.server_tokens);
+            // Counted once the old sites are let go (connections still
+            // on them keep their roots and logs open: counted too).
+            let fit = budget.fit(&front.sites.load());
+            let limit = fit.0;
+            let changed = front.connection_limit.swap(limit, Relaxed) != limit;
+            // Said again when it moved, and a limit that was set and no
+            // longer fits beside the new sites is warned about again.
+            if changed || matches!(fit.1, Some(Note::Warning(_))) {
+                connection_limit(fit);
+            }
+            front.metrics.connection_limit(limit, budget.workers);
             front.sites_changed.notify_one();
             front.metrics.reloaded();
             println!(
@@ -719,19 +773,10 @@ fn reload_sites(
 /// directory, are counted beside it).
 const FD_RESERVE: u64 = 64;
 
-/// Open connections per worker: the limit as set, or else as many as the
-/// open-file limit `fds` allows beside the `reserve` (at most
-/// [`DEFAULT_CONNECTIONS`]). Says on stdout what it chose when that is not
-/// the plain default; warns only when a limit that was set cannot be
-/// reached.
-fn connection_limit(
-    requested: Option<usize>,
-    workers: usize,
-    per_connection: u64,
-    reserve: u64,
-    fds: Option<u64>,
-) -> usize {
-    let (limit, note) = fit_connections(requested, workers, per_connection, reserve, fds);
+/// Open connections per worker, as [`Budget::fit`] chose: says on stdout
+/// what it chose when that is not the plain default; warns only when a
+/// limit that was set cannot be reached.
+fn connection_limit((limit, note): (usize, Option<Note>)) -> usize {
     match note {
         Some(Note::Info(line)) => println!("{line}"),
         Some(Note::Warning(line)) => tracing::warn!("{line}"),

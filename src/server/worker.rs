@@ -25,7 +25,6 @@ pub(super) fn worker(
     front: Arc<Front>,
     mut stop: watch::Receiver<bool>,
     grace: Duration,
-    max_connections: usize,
 ) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -48,7 +47,6 @@ pub(super) fn worker(
             .ok();
         let active = Arc::new(AtomicUsize::new(0));
         let busy = Arc::new(Notify::new());
-        front.metrics.connection_limit(max_connections);
         tokio::spawn(collect_heap(active.clone(), busy.clone()));
         tokio::spawn(crate::accesslog::flush_every());
         if crate::files::cache::enabled() {
@@ -63,7 +61,6 @@ pub(super) fn worker(
                         stop.clone(),
                         active.clone(),
                         busy.clone(),
-                        max_connections,
                     ));
                 }
                 Err(e) => tracing::error!("worker cannot use its listener: {e}"),
@@ -114,7 +111,6 @@ async fn accept_loop(
     mut stop: watch::Receiver<bool>,
     active: Arc<AtomicUsize>,
     collect: Arc<Notify>,
-    max: usize,
 ) {
     // Bound to one address, every connection's local address is that one:
     // no getsockname() per connection.
@@ -129,7 +125,9 @@ async fn accept_loop(
         };
         match accepted {
             Ok((sock, peer)) => {
-                if active.load(Relaxed) >= max {
+                // Each worker's share, as the last load of the sites left
+                // room for (see `Front::connection_limit`).
+                if active.load(Relaxed) >= front.connection_limit.load(Relaxed) {
                     front.metrics.error("connection_limit");
                     continue;
                 }
