@@ -31,6 +31,7 @@ use crate::privileges::RunAs;
 use crate::privsep::{Answer, Request};
 use crate::server::handover::{self, Exec, Handed};
 use crate::server::{Reload, StartError};
+use crate::tls::tickets::Seed;
 use rustls::sign::SigningKey;
 use rustls::SignatureScheme;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -118,6 +119,9 @@ impl Held {
                 Ok(fd) => Answer::Fd(fd),
                 Err(e) => Answer::Error(e),
             },
+            Request::TicketSeed => {
+                Answer::Data(zeroize::Zeroizing::new(keys.seed.bytes().to_vec()))
+            }
             Request::Read(p) if self.files.contains(&p) => match crate::safe_open::read(&p) {
                 Ok(bytes) => Answer::Data(zeroize::Zeroizing::new(bytes)),
                 Err(e) => Answer::Error(e),
@@ -138,6 +142,9 @@ impl Held {
 struct Keys {
     provider: Arc<rustls::crypto::CryptoProvider>,
     table: Mutex<KeyTable>,
+    /// The seed of the in-memory session ticket keys: every server process
+    /// this parent starts gets it, and so does an upgrade's new parent.
+    seed: Seed,
 }
 
 #[derive(Default)]
@@ -165,10 +172,11 @@ const SCHEMES: [SignatureScheme; 10] = [
 ];
 
 impl Keys {
-    fn new() -> Keys {
+    fn new(seed: Seed) -> Keys {
         Keys {
             provider: Arc::new(crate::tls::provider()),
             table: Mutex::default(),
+            seed,
         }
     }
 
@@ -383,7 +391,7 @@ impl Parent {
         let link = format!("{},{}", std::process::id(), self.who.link_names());
         let child = self
             .exec
-            .spawn_ready(&self.sockets, Some((theirs.as_fd(), &link)))
+            .spawn_ready(&self.sockets, Some((theirs.as_fd(), &link)), None)
             .map_err(StartError::ServerProcess)?;
         drop(theirs);
         let pid = child.id();
@@ -413,6 +421,7 @@ pub fn run(settings: Settings, reload: Reload) -> Result<(), StartError> {
     // Before any thread starts (they change the environment).
     let mut inherited = handover::take_inherited();
     let ready = handover::take_ready_fd();
+    let seed = handover::take_ticket_seed().map_err(StartError::Runtime)?;
     let exec = Exec::current();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -431,7 +440,7 @@ pub fn run(settings: Settings, reload: Reload) -> Result<(), StartError> {
         exec,
         sockets,
         held,
-        keys: Arc::new(Keys::new()),
+        keys: Arc::new(Keys::new(seed)),
         who,
         exits,
     };
@@ -474,7 +483,7 @@ pub fn run(settings: Settings, reload: Reload) -> Result<(), StartError> {
                 _ = signals.usr1.recv() => signal(server.pid, rustix::process::Signal::USR1),
                 _ = signals.usr2.recv() => {
                     println!("SIGUSR2: starting a new process on the same sockets");
-                    match parent.exec.start(&parent.sockets) {
+                    match parent.exec.start(&parent.sockets, &parent.keys.seed) {
                         Ok(pid) => {
                             let _ = sd_notify::notify(&[sd_notify::NotifyState::MainPid(pid)]);
                             println!(

@@ -51,6 +51,7 @@ const OPEN_LOG: u8 = 2;
 const KEY: u8 = 3;
 const SIGNER: u8 = 4;
 const SIGN: u8 = 5;
+const TICKET_SEED: u8 = 6;
 const DATA: u8 = 0x81;
 const FD: u8 = 0x82;
 const ERROR: u8 = 0x80;
@@ -74,6 +75,11 @@ pub enum Request {
     /// A new link on which to ask for signatures (answered with
     /// [`Answer::Fd`], its other end served by [`serve_signing`]).
     Signer,
+    /// The seed of the in-memory session ticket keys (answered with
+    /// [`Answer::Data`]): the parent's, the same for every server process
+    /// it starts, so that one started again resumes the sessions of the
+    /// one before.
+    TicketSeed,
 }
 
 /// What the parent says of a private key it holds for the server process.
@@ -267,6 +273,21 @@ pub fn open_log(path: &Path) -> Option<std::io::Result<std::fs::File>> {
     }
 }
 
+/// In a server process, the seed of the session ticket keys, from the
+/// parent; `None` outside one.
+pub fn ticket_seed() -> Option<std::io::Result<crate::tls::tickets::Seed>> {
+    let link = LINK.get()?;
+    Some(match link.ask(TICKET_SEED, Path::new("")) {
+        Ok((DATA, payload, _)) => {
+            let payload = zeroize::Zeroizing::new(payload);
+            crate::tls::tickets::Seed::from_bytes(&payload).ok_or_else(|| unexpected(DATA))
+        }
+        Ok((ERROR, payload, _)) => Err(decode_error(&payload)),
+        Ok((kind, ..)) => Err(unexpected(kind)),
+        Err(e) => Err(link.lost(e)),
+    })
+}
+
 /// In a server process, the private key at `path` as the parent holds it
 /// (`keys_in_parent`); `None` outside one, or when the parent does not
 /// keep it (then read it, through [`read`]).
@@ -438,6 +459,7 @@ pub fn serve(sock: UnixStream, mut answer: impl FnMut(Request) -> Answer) -> std
             OPEN_LOG => Request::OpenLog(path),
             KEY => Request::Key(path),
             SIGNER => Request::Signer,
+            TICKET_SEED => Request::TicketSeed,
             other => {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidData,

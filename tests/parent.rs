@@ -89,6 +89,50 @@ impl Setup {
     }
 }
 
+/// A new TLS 1.3 session with `localhost` on `port`, saved to `sess`.
+fn new_session(setup: &Setup, port: u16, sess: &Path) {
+    let (ca, s) = (
+        setup.ca.pem.display().to_string(),
+        sess.display().to_string(),
+    );
+    let args = [
+        "-tls1_3",
+        "-servername",
+        "localhost",
+        "-CAfile",
+        &ca,
+        "-sess_out",
+        &s,
+    ];
+    let (out, err, _) = common::s_client(
+        port,
+        &args,
+        &[common::Step::WaitForFile(sess)],
+        Duration::from_secs(30),
+    );
+    assert!(out.contains("New, TLSv1.3"), "{out}{err}");
+}
+
+/// Whether the session in `sess` resumes on `port`.
+fn resumes(setup: &Setup, port: u16, sess: &Path) -> bool {
+    let (ca, s) = (
+        setup.ca.pem.display().to_string(),
+        sess.display().to_string(),
+    );
+    let args = [
+        "-tls1_3",
+        "-servername",
+        "localhost",
+        "-CAfile",
+        &ca,
+        "-sess_in",
+        &s,
+    ];
+    let (out, err, _) = common::s_client(port, &args, &[], Duration::from_secs(30));
+    assert!(out.contains("Verify return code: 0 (ok)"), "{out}{err}");
+    out.contains("Reused, TLSv1.3")
+}
+
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
         s.rsplit_once(')')
@@ -170,6 +214,8 @@ fn a_server_process_that_dies_is_replaced() {
     let port = server.port;
     let child = server_pid(&server.wait_for_output("parent process ", 1));
     assert_eq!(setup.get(port), "hello from nobody\n");
+    let sess = setup.conf.path().join("sess.pem");
+    new_session(&setup, port, &sess);
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(child as i32).unwrap(),
         Signal::KILL,
@@ -182,6 +228,12 @@ fn a_server_process_that_dies_is_replaced() {
         .log()
         .contains(&format!("the server process {child} exited")));
     assert_eq!(setup.get(port), "hello from nobody\n");
+    // The new server process has the parent's ticket keys: the session
+    // made with the one before resumes.
+    assert!(
+        resumes(&setup, port, &sess),
+        "no resumption after a respawn"
+    );
     let (status, report) = server.stop();
     assert!(status.success(), "{status}: {report}");
 }
@@ -198,6 +250,8 @@ fn an_upgrade_starts_a_new_parent_on_the_same_sockets() {
     let port = server.port;
     let child = server_pid(&server.wait_for_output("parent process ", 1));
     assert_eq!(setup.get(port), "hello from nobody\n");
+    let sess = setup.conf.path().join("sess.pem");
+    new_session(&setup, port, &sess);
     server.signal(Signal::USR2);
     let out = server.wait_for_output("upgraded: new process ", 1);
     let new_parent: u32 = out
@@ -214,6 +268,11 @@ fn an_upgrade_starts_a_new_parent_on_the_same_sockets() {
     // The new parent is root, its server process nobody, on the same port.
     assert_eq!(status_field(new_parent, "Uid:"), "0 0 0 0");
     assert_eq!(setup.get(port), "hello from nobody\n");
+    // The new parent was handed the ticket keys' seed.
+    assert!(
+        resumes(&setup, port, &sess),
+        "no resumption after an upgrade"
+    );
     let p = rustix::process::Pid::from_raw(new_parent as i32).unwrap();
     rustix::process::kill_process(p, Signal::TERM).unwrap();
     wait_until("the new parent to exit", || !alive(new_parent));

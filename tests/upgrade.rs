@@ -435,3 +435,46 @@ fn an_upgrade_of_many_sites_keeps_sessions_and_takes_the_new_certificate() {
         "new process: {last}\n{out}"
     );
 }
+
+/// Without ticket key files, the keys are derived from a seed the old
+/// process hands the new one: a session made before the upgrade resumes
+/// on the new process (nginx and HAProxy lose such sessions at every
+/// restart).
+#[test]
+fn sessions_without_key_files_resume_across_an_upgrade() {
+    let _serial = common::serial();
+    let mut server = Server::start(&[]);
+    let port = server.port;
+    let old = server.pid();
+    let dir = tempfile::tempdir().unwrap();
+    let sess = dir.path().join("sess.pem");
+    let (ca, sess_s) = (
+        server.ca().display().to_string(),
+        sess.display().to_string(),
+    );
+    let (out, err, _) = common::s_client(
+        port,
+        &["-tls1_3", "-CAfile", &ca, "-sess_out", &sess_s],
+        &[common::Step::WaitForFile(&sess)],
+        Duration::from_secs(30),
+    );
+    assert!(out.contains("New, TLSv1.3"), "{out}{err}");
+
+    server.signal(Signal::USR2);
+    let out = server.wait_for_output("upgraded: new process", 1);
+    let new = new_pid(&out).unwrap_or_else(|| panic!("no upgrade announced: {out}"));
+    assert_ne!(new, old);
+    let exit = server.wait_exit(common::WAIT);
+    assert!(exit.is_some_and(|s| s.success()), "{exit:?}");
+
+    // Only the new process is left to answer.
+    let (out, err, _) = common::s_client(
+        port,
+        &["-tls1_3", "-CAfile", &ca, "-sess_in", &sess_s],
+        &[],
+        Duration::from_secs(30),
+    );
+    assert!(out.contains("Reused, TLSv1.3"), "{out}{err}");
+    let p = rustix::process::Pid::from_raw(new as i32).unwrap();
+    rustix::process::kill_process(p, Signal::TERM).unwrap();
+}

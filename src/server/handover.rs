@@ -7,6 +7,7 @@
 //! new process.
 
 use crate::sys;
+use crate::tls::tickets::{Seed, SEED_LEN};
 use std::ffi::OsString;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -17,6 +18,11 @@ use std::time::Duration;
 /// The variable naming the descriptor on which a process started by an
 /// upgrade says it is ready (one byte, once its workers run).
 pub(super) const READY_FD: &str = "TLSFRONT_READY_FD";
+
+/// The read end of a pipe holding the in-memory ticket keys' seed, for the
+/// new process of an upgrade (so that the tickets its predecessor issued
+/// still resume).
+const TICKET_SEED_FD: &str = "TLSFRONT_TICKET_SEED_FD";
 
 /// How long the new process may take to start before the upgrade is given
 /// up and the old one keeps serving.
@@ -115,6 +121,41 @@ pub(crate) fn take_ready_fd() -> Option<OwnedFd> {
 }
 
 /// Tell the process that started this one that its workers run.
+/// The ticket keys' seed an upgrading process handed over, if any; else a
+/// new random one. Before any thread starts (it changes the environment).
+pub(crate) fn take_ticket_seed() -> std::io::Result<Seed> {
+    let handed = std::env::var(TICKET_SEED_FD).ok().and_then(|value| {
+        std::env::remove_var(TICKET_SEED_FD);
+        let read = || -> std::io::Result<Seed> {
+            let fd = value
+                .parse()
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+                .and_then(sys::inherited_fd)?;
+            let mut b = zeroize::Zeroizing::new([0u8; SEED_LEN]);
+            let mut got = 0;
+            while got < SEED_LEN {
+                match rustix::io::read(&fd, &mut b[got..])? {
+                    0 => break,
+                    n => got += n,
+                }
+            }
+            Seed::from_bytes(&b[..got]).ok_or_else(|| std::io::ErrorKind::UnexpectedEof.into())
+        };
+        read()
+            .inspect_err(|e| {
+                tracing::warn!(
+                    "{TICKET_SEED_FD}={value}: {e}; new ticket keys (the last process's tickets \
+                     will not resume)"
+                )
+            })
+            .ok()
+    });
+    match handed {
+        Some(seed) => Ok(seed),
+        None => Seed::random().ok_or_else(|| std::io::Error::other("the system RNG failed")),
+    }
+}
+
 pub(crate) fn report_ready(fd: OwnedFd) {
     if let Err(e) = rustix::io::write(&fd, b"1") {
         tracing::warn!("cannot report readiness to the old process: {e}");
@@ -166,8 +207,9 @@ impl Exec {
     /// Start the new process with `sockets` as its `LISTEN_FDS` (3, 4, …)
     /// and wait until it says it is ready; its pid. On error the new process
     /// is gone and nothing changed here.
-    pub(crate) fn start(&self, sockets: &[Handed]) -> Result<u32, UpgradeError> {
-        self.spawn_ready(sockets, None).map(|child| child.id())
+    pub(crate) fn start(&self, sockets: &[Handed], seed: &Seed) -> Result<u32, UpgradeError> {
+        self.spawn_ready(sockets, None, Some(seed))
+            .map(|child| child.id())
     }
 
     /// Start this executable with `sockets` as its `LISTEN_FDS` (3, 4, …,
@@ -179,6 +221,7 @@ impl Exec {
         &self,
         sockets: &[Handed],
         link: Option<(BorrowedFd<'_>, &str)>,
+        seed: Option<&Seed>,
     ) -> Result<Child, UpgradeError> {
         let spawn_err = |source| UpgradeError::Spawn {
             exe: self.exe.clone(),
@@ -186,12 +229,28 @@ impl Exec {
         };
         let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
             .map_err(|e| spawn_err(e.into()))?;
+        // The seed waits in a pipe (far below its capacity, so the write
+        // cannot block) for the new process to read at its start.
+        let seed_r = match seed {
+            Some(seed) => {
+                let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+                    .map_err(|e| spawn_err(e.into()))?;
+                rustix::io::write(&w, seed.bytes()).map_err(|e| spawn_err(e.into()))?;
+                Some(r)
+            }
+            None => None,
+        };
         let n = sockets.len();
         let mut passed: Vec<_> = sockets.iter().map(|s| s.fd.as_fd()).collect();
         passed.push(ready_w.as_fd());
         if let Some((fd, _)) = link {
             passed.push(fd);
         }
+        if let Some(r) = &seed_r {
+            passed.push(r.as_fd());
+        }
+        // `pass_fds` numbers them from 3 in this order.
+        let seed_at = 3 + passed.len() - 1;
         let passed = sys::fds_above(&passed, 3 + passed.len() as i32).map_err(spawn_err)?;
         let names: Vec<&str> = sockets.iter().map(|s| s.name).collect();
         // LISTEN_PID must be the new process's own pid, known only after the
@@ -207,7 +266,11 @@ impl Exec {
             .env("LISTEN_FDNAMES", names.join(":"))
             .env(READY_FD, (3 + n).to_string())
             .env_remove("LISTEN_PID")
-            .env_remove(crate::privsep::LINK_VAR);
+            .env_remove(crate::privsep::LINK_VAR)
+            .env_remove(TICKET_SEED_FD);
+        if seed_r.is_some() {
+            cmd.env(TICKET_SEED_FD, seed_at.to_string());
+        }
         if let Some((_, rest)) = link {
             cmd.env(crate::privsep::LINK_VAR, format!("{},{rest}", 4 + n))
                 // Only the parent talks to systemd.
@@ -218,6 +281,7 @@ impl Exec {
         // Only the child holds the write end now: its exit ends the read.
         drop(cmd);
         drop(ready_w);
+        drop(seed_r);
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut byte = [0u8; 1];

@@ -491,6 +491,14 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
     // the environment.
     let mut inherited = handover::take_inherited();
     let ready = handover::take_ready_fd();
+    // The in-memory ticket keys' seed: the parent's, or the one an
+    // upgrading process handed over, else new.
+    let seed = match role {
+        Role::Child { .. } => crate::privsep::ticket_seed()
+            .unwrap_or_else(|| Err(std::io::ErrorKind::NotConnected.into())),
+        Role::Alone => handover::take_ticket_seed(),
+    }
+    .map_err(StartError::Runtime)?;
     let exec = handover::Exec::current();
     // Signal handlers first: once the port is announced, a supervisor may
     // send SIGTERM at any time, and it must mean "drain", not "die".
@@ -501,9 +509,9 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
         tracing::debug!("transparent huge pages: could not turn them off for this process");
     }
     let tickets = if settings.ticket_keys.is_empty() {
-        TicketKeys::rotating(DEFAULT_ROTATION)
+        TicketKeys::rotating(DEFAULT_ROTATION, seed)
     } else {
-        TicketKeys::from_files(&settings.ticket_keys)?
+        TicketKeys::from_files(&settings.ticket_keys, seed)?
     };
     let shared = TlsShared::new(TlsOptions::default(), tickets);
     let sites = Sites::build(&settings, &shared, &mut |l| println!("{l}"))?;
@@ -651,7 +659,7 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
 /// serving, and says why.
 fn upgrade(exec: &handover::Exec, sockets: &[handover::Handed], front: &Front) -> Option<u32> {
     println!("SIGUSR2: starting a new process on the same sockets");
-    match exec.start(sockets) {
+    match exec.start(sockets, front.shared.tickets().seed()) {
         Ok(pid) => {
             // Under systemd (Type=notify) the new process becomes the
             // service's main process before this one exits.

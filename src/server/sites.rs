@@ -412,7 +412,10 @@ mod tests {
         let s = resolve(f, &text, &o, None).unwrap();
         let shared = TlsShared::new(
             Default::default(),
-            crate::tls::tickets::TicketKeys::rotating(crate::tls::tickets::DEFAULT_ROTATION),
+            crate::tls::tickets::TicketKeys::rotating(
+                crate::tls::tickets::DEFAULT_ROTATION,
+                crate::tls::tickets::Seed::random().unwrap(),
+            ),
         );
         Sites::build(&s, &shared, &mut |_| {}).unwrap()
     }

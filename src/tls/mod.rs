@@ -44,6 +44,8 @@ pub enum TlsConfigError {
     Identity(rustls::Error),
     #[error("TLS set-up failed: {0}")]
     Setup(rustls::Error),
+    #[error("the system's random number generator failed")]
+    Rng,
 }
 
 /// Options that shape the TLS server.
@@ -230,7 +232,10 @@ pub fn server_config(
 ) -> Result<ServerConfigs, TlsConfigError> {
     let shared = TlsShared::new(
         opts.clone(),
-        tickets::TicketKeys::rotating(tickets::DEFAULT_ROTATION),
+        tickets::TicketKeys::rotating(
+            tickets::DEFAULT_ROTATION,
+            tickets::Seed::random().ok_or(TlsConfigError::Rng)?,
+        ),
     );
     let cert = shared.certified_key(chain, crate::config::cert::Key::Der(key))?;
     shared.site(vec![cert], opts.alpn.clone())

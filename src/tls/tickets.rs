@@ -34,8 +34,13 @@
 //!
 //! # Without files
 //!
-//! Keys are made at random and rotated in memory; see [`DEFAULT_ROTATION`]
-//! for the policy.
+//! Keys are rotated in memory; see [`DEFAULT_ROTATION`] for the policy.
+//! Each is derived (HKDF-SHA256) from a random [`Seed`] and the number of
+//! its period on the wall clock, so processes that share the seed share the
+//! keys: a server process its parent starts again, and the new process of
+//! an upgrade, which are handed the seed, resume the tickets their
+//! predecessors issued (nginx and HAProxy lose them at every restart or
+//! reload without key files).
 //!
 //! # Config reloads
 //!
@@ -61,7 +66,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use zeroize::Zeroizing;
 
 /// The rotation period of in-memory keys, and the ticket lifetime hint.
@@ -141,10 +146,15 @@ impl Key {
         })
     }
 
-    /// A random key in the 80-byte form; `None` if the RNG fails.
-    fn generate() -> Option<Key> {
+    /// The key of period `n` under `seed`, in the 80-byte form.
+    fn derive(seed: &Seed, n: u64) -> Option<Key> {
+        use aws_lc_rs::hkdf;
+        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, b"tlsfront ticket keys").extract(&seed.0[..]);
+        let n = n.to_be_bytes();
+        let info = [&b"period"[..], &n[..]];
+        let okm = prk.expand(&info, KeyLen).ok()?;
         let mut m = Zeroizing::new([0u8; 80]);
-        rand::fill(&mut m[..]).ok()?;
+        okm.fill(&mut m[..]).ok()?;
         Key::from_material(&m[..])
     }
 
@@ -283,47 +293,108 @@ fn read_key_file(path: &Path) -> Result<(Zeroizing<Vec<u8>>, Option<SystemTime>)
     Ok((buf, meta.and_then(|m| m.modified().ok())))
 }
 
-/// Keys made at random, newest first: the first encrypts while younger
-/// than one period; each decrypts while younger than two.
-#[derive(Debug, Default)]
+/// HKDF output length of one derived key (the 80-byte form).
+struct KeyLen;
+
+impl aws_lc_rs::hkdf::KeyType for KeyLen {
+    fn len(&self) -> usize {
+        80
+    }
+}
+
+/// The secret in-memory ticket keys are derived from. Made at random by
+/// the first process; handed on to the processes that follow it (see the
+/// module documentation).
+pub struct Seed(Zeroizing<[u8; SEED_LEN]>);
+
+/// Bytes of a [`Seed`].
+pub const SEED_LEN: usize = 32;
+
+impl Seed {
+    /// A new random seed; `None` if the RNG fails.
+    pub fn random() -> Option<Seed> {
+        let mut b = Zeroizing::new([0u8; SEED_LEN]);
+        rand::fill(&mut b[..]).ok()?;
+        Some(Seed(b))
+    }
+
+    /// A seed handed over by another process: exactly [`SEED_LEN`] bytes.
+    pub fn from_bytes(b: &[u8]) -> Option<Seed> {
+        Some(Seed(Zeroizing::new(b.try_into().ok()?)))
+    }
+
+    pub fn bytes(&self) -> &[u8; SEED_LEN] {
+        &self.0
+    }
+
+    fn copy(&self) -> Seed {
+        Seed(self.0.clone())
+    }
+}
+
+impl fmt::Debug for Seed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Seed(..)")
+    }
+}
+
+/// Period `n` of the wall clock is [n·P, (n+1)·P) since the Unix epoch.
+fn period_number(now: SystemTime, period: Duration) -> u64 {
+    now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() / period.as_secs().max(1)
+}
+
+/// Keys derived from the seed: key `n` encrypts during period `n` and
+/// decrypts during periods `n` and `n + 1`, so a ticket is accepted for at
+/// least one period and at most two. The keys of the current and the last
+/// period are kept, newest first.
+#[derive(Debug)]
 struct Rotation {
-    keys: Vec<(Key, Instant)>,
+    seed: Seed,
+    keys: Vec<(Key, u64)>,
 }
 
 impl Rotation {
-    fn encrypting(&self, now: Instant, period: Duration) -> Option<&(Key, Instant)> {
-        self.keys
-            .first()
-            .filter(|(_, made)| now.saturating_duration_since(*made) < period)
+    fn new(seed: Seed) -> Rotation {
+        Rotation {
+            seed,
+            keys: Vec::new(),
+        }
     }
 
-    fn decrypting(&self, now: Instant, period: Duration) -> impl Iterator<Item = &Key> {
-        let window = period.saturating_mul(2);
+    fn encrypting(&self, now: SystemTime, period: Duration) -> Option<&(Key, u64)> {
+        let n = period_number(now, period);
+        self.keys.first().filter(|(_, k)| *k == n)
+    }
+
+    fn decrypting(&self, now: SystemTime, period: Duration) -> impl Iterator<Item = &Key> {
+        let n = period_number(now, period);
         self.keys
             .iter()
-            .filter(move |(_, made)| now.saturating_duration_since(*made) < window)
+            .filter(move |(_, k)| *k == n || k.checked_add(1) == Some(n))
             .map(|(k, _)| k)
     }
 
-    fn due(&self, now: Instant, period: Duration) -> bool {
+    fn due(&self, now: SystemTime, period: Duration) -> bool {
         self.encrypting(now, period).is_none()
             || self.decrypting(now, period).count() < self.keys.len()
     }
 
-    /// Make a new key if the current one has served its period, and erase
-    /// the keys past their window. Keys are made at least a period apart,
-    /// so at most two are ever inside the two-period window.
-    fn rotate(&mut self, now: Instant, period: Duration) {
-        if self.encrypting(now, period).is_none() {
-            // On an RNG failure no ticket is issued (rustls sends none and
-            // the handshake goes on) and the next operation tries again.
-            if let Some(key) = Key::generate() {
-                self.keys.insert(0, (key, now));
+    /// Derive the keys of the current and the last period if missing, and
+    /// erase the others.
+    fn rotate(&mut self, now: SystemTime, period: Duration) {
+        let n = period_number(now, period);
+        self.keys
+            .retain(|(_, k)| *k == n || k.checked_add(1) == Some(n));
+        for m in [n.checked_sub(1), Some(n)].into_iter().flatten() {
+            if !self.keys.iter().any(|(_, k)| *k == m) {
+                // A failure issues no ticket (rustls sends none and the
+                // handshake goes on); the next operation tries again.
+                if let Some(key) = Key::derive(&self.seed, m) {
+                    self.keys.push((key, m));
+                }
             }
         }
-        let window = period.saturating_mul(2);
-        self.keys
-            .retain(|(_, made)| now.saturating_duration_since(*made) < window);
+        self.keys.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
     }
 }
 
@@ -334,21 +405,21 @@ enum Keys {
 }
 
 impl Keys {
-    fn due(&self, now: Instant, period: Duration) -> bool {
+    fn due(&self, now: SystemTime, period: Duration) -> bool {
         match self {
             Keys::Files(_) => false,
             Keys::Rotating(r) => r.due(now, period),
         }
     }
 
-    fn encrypting(&self, now: Instant, period: Duration) -> Option<&Key> {
+    fn encrypting(&self, now: SystemTime, period: Duration) -> Option<&Key> {
         match self {
             Keys::Files(f) => f.keys.first(),
             Keys::Rotating(r) => r.encrypting(now, period).map(|(k, _)| k),
         }
     }
 
-    fn find(&self, name: &[u8], now: Instant, period: Duration) -> Option<&Key> {
+    fn find(&self, name: &[u8], now: SystemTime, period: Duration) -> Option<&Key> {
         // Key names are public (in clear in every ticket): a plain
         // comparison is fine here; the MAC check is the constant-time one.
         match self {
@@ -359,7 +430,7 @@ impl Keys {
 }
 
 /// Reads the time; tests inject their own.
-type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
+type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
 /// What [`TicketKeys::reload`] and [`TicketKeys::install`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -375,6 +446,9 @@ pub enum Reload {
 /// documentation).
 pub struct TicketKeys {
     keys: RwLock<Keys>,
+    /// What in-memory keys are derived from (also after a reload drops
+    /// the key files).
+    seed: Seed,
     /// The lifetime hint sent with tickets, and the rotation period of
     /// in-memory keys.
     period: Duration,
@@ -385,38 +459,46 @@ impl TicketKeys {
     /// Keys from nginx-format key files: the first encrypts, all decrypt.
     /// The lifetime hint is [`DEFAULT_ROTATION`]; see
     /// [`with_lifetime`](Self::with_lifetime).
-    pub fn from_files(paths: &[PathBuf]) -> Result<Self, TicketKeyError> {
+    /// `seed`: for the in-memory keys a reload without files turns to.
+    pub fn from_files(paths: &[PathBuf], seed: Seed) -> Result<Self, TicketKeyError> {
         let files = KeyFiles::read(paths)?;
         Ok(TicketKeys {
             keys: RwLock::new(Keys::Files(files)),
+            seed,
             period: DEFAULT_ROTATION,
-            clock: Arc::new(Instant::now),
+            clock: Arc::new(SystemTime::now),
         })
     }
 
-    /// Random keys rotated in memory every `period` (see
+    /// Keys derived from `seed`, rotated in memory every `period` (see
     /// [`DEFAULT_ROTATION`] for the policy); the lifetime hint is `period`.
-    pub fn rotating(period: Duration) -> Self {
-        Self::rotating_with_clock(period, Arc::new(Instant::now))
+    pub fn rotating(period: Duration, seed: Seed) -> Self {
+        Self::rotating_with_clock(period, seed, Arc::new(SystemTime::now))
     }
 
-    fn rotating_with_clock(period: Duration, clock: Clock) -> Self {
+    fn rotating_with_clock(period: Duration, seed: Seed, clock: Clock) -> Self {
         // A zero period would make a key per ticket, each dead on arrival.
-        let period = period.max(Duration::from_secs(1));
-        let mut rotation = Rotation::default();
+        let period = Duration::from_secs(period.as_secs().max(1));
+        let mut rotation = Rotation::new(seed.copy());
         rotation.rotate(clock(), period);
         TicketKeys {
             keys: RwLock::new(Keys::Rotating(rotation)),
+            seed,
             period,
             clock,
         }
+    }
+
+    /// The seed of the in-memory keys, to hand to a process that follows.
+    pub fn seed(&self) -> &Seed {
+        &self.seed
     }
 
     /// Set the lifetime hint (for file keys: match it to how often the
     /// files rotate, as nginx ties it to `ssl_session_timeout`). For
     /// in-memory keys it is also the rotation period.
     pub fn with_lifetime(mut self, lifetime: Duration) -> Self {
-        self.period = lifetime.max(Duration::from_secs(1));
+        self.period = Duration::from_secs(lifetime.as_secs().max(1));
         self
     }
 
@@ -430,7 +512,10 @@ impl TicketKeys {
                 .unwrap_or_default(),
             Keys::Rotating(r) => r
                 .encrypting(now, self.period)
-                .map(|(_, made)| now.saturating_duration_since(*made))
+                .and_then(|(_, n)| {
+                    let start = UNIX_EPOCH + self.period.checked_mul(u32::try_from(*n).ok()?)?;
+                    now.duration_since(start).ok()
+                })
                 .unwrap_or_default(),
         })
     }
@@ -473,7 +558,7 @@ impl TicketKeys {
                 Reload::Replaced
             }
             (Keys::Files(_), None) => {
-                let mut rotation = Rotation::default();
+                let mut rotation = Rotation::new(self.seed.copy());
                 rotation.rotate(now, self.period);
                 *keys = Keys::Rotating(rotation);
                 Reload::Replaced
@@ -482,7 +567,7 @@ impl TicketKeys {
     }
 
     /// Run `f` on the keys as of now, rotating first if it is time.
-    fn with_keys<R>(&self, f: impl FnOnce(&Keys, Instant) -> R) -> R {
+    fn with_keys<R>(&self, f: impl FnOnce(&Keys, SystemTime) -> R) -> R {
         let now = (self.clock)();
         {
             let keys = self.keys.read().unwrap_or_else(PoisonError::into_inner);
@@ -554,7 +639,7 @@ mod tests {
 
     fn keys_from(paths: &[&PathBuf]) -> TicketKeys {
         let paths: Vec<PathBuf> = paths.iter().map(|p| (*p).clone()).collect();
-        TicketKeys::from_files(&paths).unwrap()
+        TicketKeys::from_files(&paths, seed()).unwrap()
     }
 
     #[test]
@@ -651,7 +736,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for len in [0, 1, 47, 49, 64, 79, 81, 96, 160] {
             let (path, _) = key_file(dir.path(), &format!("bad{len}"), len);
-            let err = TicketKeys::from_files(std::slice::from_ref(&path)).unwrap_err();
+            let err = TicketKeys::from_files(std::slice::from_ref(&path), seed()).unwrap_err();
             assert!(
                 matches!(&err, TicketKeyError::Size { path: p, size } if *p == path && *size == len as u64),
                 "{err:?}"
@@ -666,16 +751,16 @@ mod tests {
         }
 
         let missing = dir.path().join("missing");
-        let err = TicketKeys::from_files(std::slice::from_ref(&missing)).unwrap_err();
+        let err = TicketKeys::from_files(std::slice::from_ref(&missing), seed()).unwrap_err();
         assert!(matches!(&err, TicketKeyError::Read { path, .. } if *path == missing));
         assert!(err.to_string().contains("missing"));
         assert!(err.to_string().contains("openssl rand 80 >"));
 
-        let err = TicketKeys::from_files(&[dir.path().to_path_buf()]).unwrap_err();
+        let err = TicketKeys::from_files(&[dir.path().to_path_buf()], seed()).unwrap_err();
         assert!(matches!(err, TicketKeyError::NotAFile { .. }), "{err:?}");
 
         assert!(matches!(
-            TicketKeys::from_files(&[]),
+            TicketKeys::from_files(&[], seed()),
             Err(TicketKeyError::NoFiles)
         ));
 
@@ -684,7 +769,7 @@ mod tests {
         let (b, _) = key_file(dir.path(), "b", 80);
         let copy = dir.path().join("copy");
         std::fs::write(&copy, &a_bytes).unwrap();
-        let err = TicketKeys::from_files(&[a.clone(), b, copy.clone()]).unwrap_err();
+        let err = TicketKeys::from_files(&[a.clone(), b, copy.clone()], seed()).unwrap_err();
         assert!(
             matches!(&err, TicketKeyError::DuplicateName { first, second } if *first == a && *second == copy),
             "{err:?}"
@@ -697,33 +782,39 @@ mod tests {
         renamed[..16].copy_from_slice(&a_bytes[..16]);
         std::fs::write(&copy, &renamed).unwrap();
         assert!(matches!(
-            TicketKeys::from_files(&[a, copy]),
+            TicketKeys::from_files(&[a, copy], seed()),
             Err(TicketKeyError::DuplicateName { .. })
         ));
     }
 
-    /// A clock the test moves by hand.
-    fn test_clock() -> (Clock, Arc<Mutex<Instant>>) {
-        let now = Arc::new(Mutex::new(Instant::now()));
+    /// A clock the test moves by hand, at the start of a period.
+    fn test_clock(period: Duration) -> (Clock, Arc<Mutex<SystemTime>>) {
+        let now = Arc::new(Mutex::new(UNIX_EPOCH + period * 500_000));
         let reader = now.clone();
         (Arc::new(move || *reader.lock().unwrap()), now)
+    }
+
+    fn seed() -> Seed {
+        Seed::random().unwrap()
     }
 
     #[test]
     fn rotation_keeps_a_key_one_period_after_it_stops_encrypting() {
         let period = Duration::from_secs(3600);
-        let (clock, now) = test_clock();
+        let (clock, now) = test_clock(period);
         let advance = |d: Duration| *now.lock().unwrap() += d;
-        let keys = TicketKeys::rotating_with_clock(period, clock);
+        let keys = TicketKeys::rotating_with_clock(period, seed(), clock);
         assert_eq!(keys.lifetime(), 3600);
-        assert_eq!(keys.key_count(), 1);
+        // This period's key and the last one's (which a process with the
+        // same seed may have issued tickets under).
+        assert_eq!(keys.key_count(), 2);
 
         let first = keys.encrypt(b"first").unwrap();
         advance(period - Duration::from_secs(1));
         assert_eq!(keys.key_age(), period - Duration::from_secs(1));
         let also_first = keys.encrypt(b"also first").unwrap();
         assert_eq!(first[..16], also_first[..16], "same key within the period");
-        assert_eq!(keys.key_count(), 1);
+        assert_eq!(keys.key_count(), 2);
 
         // One period on: a new key encrypts, the old one still decrypts.
         advance(Duration::from_secs(1));
@@ -744,21 +835,47 @@ mod tests {
         assert_eq!(keys.decrypt(&also_first), None);
         assert_eq!(keys.decrypt(&second).unwrap(), b"second");
 
-        // Idle for a long time: nothing old is accepted; one fresh key.
+        // Idle for a long time: nothing old is accepted.
         advance(period * 10);
         assert_eq!(keys.decrypt(&second), None);
-        assert_eq!(keys.key_count(), 1);
+        assert_eq!(keys.key_count(), 2);
         let third = keys.encrypt(b"third").unwrap();
         assert_eq!(keys.decrypt(&third).unwrap(), b"third");
     }
 
     #[test]
+    fn processes_with_the_same_seed_resume_each_others_tickets() {
+        let period = Duration::from_secs(3600);
+        let (clock, now) = test_clock(period);
+        let shared = seed();
+        let before = TicketKeys::rotating_with_clock(period, shared.copy(), clock.clone());
+        let ticket = before.encrypt(b"state").unwrap();
+        // A process that follows, half a period on, with the seed handed
+        // over: it opens the ticket and seals under the same key.
+        *now.lock().unwrap() += period / 2;
+        let after = TicketKeys::rotating_with_clock(period, shared.copy(), clock.clone());
+        assert_eq!(after.decrypt(&ticket).unwrap(), b"state");
+        assert_eq!(after.encrypt(b"x").unwrap()[..16], ticket[..16]);
+        // ... and in the next period still (the key's second one).
+        *now.lock().unwrap() += period;
+        let later = TicketKeys::rotating_with_clock(period, shared, clock.clone());
+        assert_eq!(later.decrypt(&ticket).unwrap(), b"state");
+        // Another seed: another key, nothing resumes.
+        let other = TicketKeys::rotating_with_clock(period, seed(), clock);
+        assert_eq!(other.decrypt(&ticket), None);
+        assert_ne!(other.encrypt(b"x").unwrap()[..16], ticket[..16]);
+    }
+
+    #[test]
     fn lifetime_hint_is_the_period_capped_at_seven_days() {
-        assert_eq!(TicketKeys::rotating(DEFAULT_ROTATION).lifetime(), 6 * 3600);
-        let long = TicketKeys::rotating(Duration::from_secs(30 * 24 * 3600));
+        assert_eq!(
+            TicketKeys::rotating(DEFAULT_ROTATION, seed()).lifetime(),
+            6 * 3600
+        );
+        let long = TicketKeys::rotating(Duration::from_secs(30 * 24 * 3600), seed());
         assert_eq!(long.lifetime(), 7 * 24 * 3600);
-        assert_eq!(TicketKeys::rotating(Duration::ZERO).lifetime(), 1);
-        assert!(TicketKeys::rotating(DEFAULT_ROTATION).enabled());
+        assert_eq!(TicketKeys::rotating(Duration::ZERO, seed()).lifetime(), 1);
+        assert!(TicketKeys::rotating(DEFAULT_ROTATION, seed()).enabled());
         let dir = tempfile::tempdir().unwrap();
         let (a, _) = key_file(dir.path(), "a", 80);
         let keys = keys_from(&[&a]);
@@ -835,7 +952,7 @@ mod tests {
         let (a, a_bytes) = key_file(dir.path(), "a", 80);
         let (b, _) = key_file(dir.path(), "b", 48);
         let files = keys_from(&[&a, &b]);
-        let rotating = TicketKeys::rotating(DEFAULT_ROTATION);
+        let rotating = TicketKeys::rotating(DEFAULT_ROTATION, seed());
         let valid = files.encrypt(b"some state").unwrap();
         for keys in [&files, &rotating] {
             for len in 0..200 {
@@ -864,7 +981,9 @@ mod tests {
         assert!(shown.contains(&hex(&a_bytes[..16])), "{shown}");
         assert!(!shown.contains(&hex(&a_bytes[16..24])), "{shown}");
         assert!(!shown.contains(&hex(&a_bytes[48..56])), "{shown}");
-        assert!(format!("{:?}", TicketKeys::rotating(DEFAULT_ROTATION)).contains("Rotating"));
+        assert!(
+            format!("{:?}", TicketKeys::rotating(DEFAULT_ROTATION, seed())).contains("Rotating")
+        );
     }
 
     /// Resumption across two rustls servers, driven in memory.
@@ -953,8 +1072,14 @@ mod tests {
             let id = identity();
             let paths = [new.clone(), old.clone()];
             // Two processes, each reading the same files.
-            let a = server(&id, &Arc::new(TicketKeys::from_files(&paths).unwrap()));
-            let b = server(&id, &Arc::new(TicketKeys::from_files(&paths).unwrap()));
+            let a = server(
+                &id,
+                &Arc::new(TicketKeys::from_files(&paths, seed()).unwrap()),
+            );
+            let b = server(
+                &id,
+                &Arc::new(TicketKeys::from_files(&paths, seed()).unwrap()),
+            );
             let c = server(&id, &Arc::new(keys_from(&[&other])));
             // A server that still encrypts with the old key (not yet
             // rotated) is also resumed from by B, which lists it second.
@@ -980,10 +1105,13 @@ mod tests {
             // What a config reload does: a new ServerConfig, the same
             // ticketer object.
             let id = identity();
-            let keys = Arc::new(TicketKeys::rotating(DEFAULT_ROTATION));
+            let keys = Arc::new(TicketKeys::rotating(DEFAULT_ROTATION, seed()));
             let before = server(&id, &keys);
             let after = server(&id, &keys);
-            let elsewhere = server(&id, &Arc::new(TicketKeys::rotating(DEFAULT_ROTATION)));
+            let elsewhere = server(
+                &id,
+                &Arc::new(TicketKeys::rotating(DEFAULT_ROTATION, seed())),
+            );
             for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
                 let cl = client(&id, version);
                 assert_eq!(connect(&cl, &before), HandshakeKind::Full);
