@@ -24,7 +24,10 @@ fn configs() -> &'static ServerConfigs {
         std::fs::write(&k, key).unwrap();
         let id = tlsfront::config::cert::load(Some(&c), Some(&k)).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
-        server_config(id.chain, id.key, &TlsOptions::default()).unwrap()
+        let tlsfront::config::cert::Key::Der(key) = id.key else {
+            unreachable!("no parent process here")
+        };
+        server_config(id.chain, key, &TlsOptions::default()).unwrap()
     })
 }
 

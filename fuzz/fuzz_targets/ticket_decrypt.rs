@@ -25,7 +25,8 @@ fn keys() -> &'static TicketKeys {
         let (a, b) = (dir.join("80.key"), dir.join("48.key"));
         std::fs::write(&a, [&NAME_80[..], &[0x5a; 64]].concat()).unwrap();
         std::fs::write(&b, [&NAME_48[..], &[0xa5; 32]].concat()).unwrap();
-        let keys = TicketKeys::from_files(&[a, b]).unwrap();
+        let seed = tlsfront::tls::tickets::Seed::random().unwrap();
+        let keys = TicketKeys::from_files(&[a, b], seed).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         keys
     })
