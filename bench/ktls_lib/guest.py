@@ -277,6 +277,18 @@ def start_servers(cfg):
         p = next_port()
         srv["tlsfront-sites"] = Server("tlsfront-sites", [tlsfront, "run", "--config", sites, "--listen",
                                                           f"127.0.0.1:{p}", "--workers", "1"], p, "serve")
+    if not only or "privsep" in only:
+        # With `user`: a root parent and a server process as nobody, the
+        # key kept by the parent (which signs each full handshake) or
+        # handed over as nginx's master does.
+        for name, keys in (("tlsfront-user-keys", "true"), ("tlsfront-user", "false")):
+            conf = os.path.join(RUN, f"{name}.toml")
+            with open(conf, "w") as f:
+                f.write(f'user = "nobody"\nkeys_in_parent = {keys}\n' + S.TLSFRONT_TOML)
+            p = next_port()
+            srv[name] = Server(name, [tlsfront, "serve", os.path.join(RUN, "www"), "--listen",
+                                      f"127.0.0.1:{p}", "--cert", cert, "--key", key,
+                                      "--workers", "1", "--config", conf], p, "serve")
     p = next_port()
     srv["tlsfront-proxy"] = Server("tlsfront-proxy", [tlsfront, "proxy", "--listen", f"127.0.0.1:{p}",
                                                       "--backend", f"127.0.0.1:{backend}", "--cert", cert,
@@ -793,6 +805,17 @@ def main():
                     primed = first_session(srv[name]) if resume else None
                     case("handshake", f"{label} handshake + GET 1k", srv[name], "session", n,
                          lambda: sessions(srv[name], n, resume, primed), cipher="aes128")
+        if want("privsep"):
+            n = cfg["sessions"]
+            for name in ("tlsfront-user", "tlsfront-user-keys"):
+                sessions(srv[name], 5, False)
+                sessions(srv[name], 5, True, first_session(srv[name]))
+            for resume in (False, True):
+                label = "resumed" if resume else "full"
+                for name in ("tlsfront", "tlsfront-user", "tlsfront-user-keys"):
+                    primed = first_session(srv[name]) if resume else None
+                    case("privsep", f"{label} handshake + GET 1k, alone / with user", srv[name],
+                         "session", n, lambda: sessions(srv[name], n, resume, primed), cipher="aes128")
         if want("keepalive"):
             n = cfg["requests"]
             for name in ("tlsfront", "nginx", "tlsfront-nocache", "nginx-cache"):
