@@ -136,9 +136,10 @@ impl Held {
 }
 
 /// The private keys the parent holds for its server processes, by handle.
-/// Each load of a key (at start, at each reload) gets a new handle; the
-/// newest [`GENERATIONS`] of each path are kept, so that a handshake that
-/// began before a reload can still be signed after it.
+/// A key file's bytes get one handle, however many sites name the file and
+/// however often it is loaded; new bytes (a renewed key) get a new handle,
+/// and the newest [`GENERATIONS`] of each path are kept, so that a
+/// handshake that began before a reload can still be signed after it.
 struct Keys {
     provider: Arc<rustls::crypto::CryptoProvider>,
     table: Mutex<KeyTable>,
@@ -151,10 +152,12 @@ struct Keys {
 struct KeyTable {
     next: u32,
     by_handle: HashMap<u32, Arc<dyn SigningKey>>,
-    by_path: HashMap<PathBuf, VecDeque<u32>>,
+    /// Per path, its versions: handle and SHA-256 of the file's bytes,
+    /// oldest first.
+    by_path: HashMap<PathBuf, VecDeque<(u32, [u8; 32])>>,
 }
 
-/// Loads of one key file kept at a time.
+/// Versions of one key file kept at a time.
 const GENERATIONS: usize = 2;
 
 /// Every scheme rustls' providers sign with: what a key is asked about.
@@ -189,6 +192,22 @@ impl Keys {
             Ok(b) => zeroize::Zeroizing::new(b),
             Err(e) => return Answer::Error(e),
         };
+        let digest: [u8; 32] = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &pem)
+            .as_ref()
+            .try_into()
+            .unwrap_or_default();
+        // The version already held: the same handle.
+        {
+            let t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+            let held = t.by_path.get(path).and_then(|versions| {
+                let (h, _) = versions.iter().find(|(_, d)| *d == digest)?;
+                Some((*h, t.by_handle.get(h)?.clone()))
+            });
+            if let Some((handle, key)) = held {
+                drop(t);
+                return Self::info(handle, &*key).map_or(Answer::NotHeld, Answer::Key);
+            }
+        }
         use rustls::pki_types::pem::PemObject;
         let Ok(der) = rustls::pki_types::PrivateKeyDer::from_pem_slice(&pem) else {
             return Answer::NotHeld;
@@ -196,11 +215,33 @@ impl Keys {
         let Ok(key) = self.provider.key_provider.load_private_key(der) else {
             return Answer::NotHeld;
         };
-        let Some(public_key) = key.public_key().map(|k| k.as_ref().to_vec()) else {
+        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        t.next = t.next.wrapping_add(1);
+        let handle = t.next;
+        let Some(info) = Self::info(handle, &*key) else {
             return Answer::NotHeld;
         };
-        // The key's own order of preference: what it picks from all, then
-        // from the rest, and so on.
+        t.by_handle.insert(handle, key);
+        let kept = t.by_path.entry(path.to_path_buf()).or_default();
+        kept.push_back((handle, digest));
+        let gone: Vec<u32> = kept
+            .drain(..kept.len().saturating_sub(GENERATIONS))
+            .map(|(h, _)| h)
+            .collect();
+        // A handle another path still lists (two names for one file) stays.
+        for h in gone {
+            if !t.by_path.values().flatten().any(|(k, _)| *k == h) {
+                t.by_handle.remove(&h);
+            }
+        }
+        Answer::Key(info)
+    }
+
+    /// What the server process is told of key `handle`: its public half,
+    /// algorithm and schemes, in the key's own order of preference (what it
+    /// picks from all, then from the rest, and so on).
+    fn info(handle: u32, key: &dyn SigningKey) -> Option<crate::privsep::KeyInfo> {
+        let public_key = key.public_key()?.as_ref().to_vec();
         let mut left = SCHEMES.to_vec();
         let mut schemes = Vec::new();
         while let Some(signer) = key.choose_scheme(&left) {
@@ -208,22 +249,9 @@ impl Keys {
             schemes.push(s);
             left.retain(|x| *x != s);
         }
-        let algorithm = key.algorithm();
-        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        t.next = t.next.wrapping_add(1);
-        let handle = t.next;
-        t.by_handle.insert(handle, key);
-        let kept = t.by_path.entry(path.to_path_buf()).or_default();
-        kept.push_back(handle);
-        let gone: Vec<u32> = kept
-            .drain(..kept.len().saturating_sub(GENERATIONS))
-            .collect();
-        for h in gone {
-            t.by_handle.remove(&h);
-        }
-        Answer::Key(crate::privsep::KeyInfo {
+        Some(crate::privsep::KeyInfo {
             handle,
-            algorithm,
+            algorithm: key.algorithm(),
             schemes,
             public_key,
         })
@@ -594,5 +622,53 @@ impl Signals {
             usr1: signal(SignalKind::user_defined1())?,
             usr2: signal(SignalKind::user_defined2())?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handle(a: Answer) -> u32 {
+        match a {
+            Answer::Key(info) => info.handle,
+            _ => panic!("no key"),
+        }
+    }
+
+    #[test]
+    fn one_handle_per_version_of_a_key_file_and_two_versions_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.pem");
+        let keys = Keys::new(Seed::random().unwrap());
+        let write = || {
+            let (_, key) = crate::config::cert::self_signed().unwrap();
+            std::fs::write(&path, key).unwrap();
+        };
+        write();
+        // Many sites naming one file, and reloads: one handle.
+        let first = handle(keys.load(&path));
+        for _ in 0..10 {
+            assert_eq!(handle(keys.load(&path)), first);
+        }
+        let scheme = SignatureScheme::ECDSA_NISTP256_SHA256;
+        assert!(keys.sign(first, scheme, b"m").is_ok());
+        // A renewed key: a new handle; the old one still signs (a
+        // handshake begun before the reload).
+        write();
+        let second = handle(keys.load(&path));
+        assert_ne!(second, first);
+        assert!(keys.sign(first, scheme, b"m").is_ok());
+        // A third version: the first is let go.
+        write();
+        let third = handle(keys.load(&path));
+        assert!(keys.sign(first, scheme, b"m").is_err());
+        assert!(keys.sign(second, scheme, b"m").is_ok());
+        assert!(keys.sign(third, scheme, b"m").is_ok());
+        assert_eq!(keys.table.lock().unwrap().by_handle.len(), 2);
+        // A file that is no key: not held (the server process reads it and
+        // says what is wrong).
+        std::fs::write(&path, "not a key").unwrap();
+        assert!(matches!(keys.load(&path), Answer::NotHeld));
     }
 }
