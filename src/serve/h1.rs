@@ -12,9 +12,7 @@ use super::{Ctx, Tally};
 use crate::config::secs;
 use crate::http::request::{self, Body as ReqBody, Expect, HeadLimits, Method, RequestHead};
 use crate::http::response::Reply;
-use crate::server::sites::SiteJob;
 use crate::server::timer::timeout_at;
-use crate::server::ConnInfo;
 use crate::transport::{close_and_linger, Transport, TransportError};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -192,7 +190,7 @@ async fn request<T: Transport>(
                         request::names_head(&s.buf[..s.filled]),
                         cx.files.cfg.server,
                     );
-                    let resp = handler::page(cx.files, 0, 408, Vec::new());
+                    let resp = handler::page(&cx.files.handler, 0, 408, Vec::new());
                     let _ = send(t, &mut s.out, &mut reply, &resp, &mut tally).await;
                     cx.account(&resp, &tally, &s.buf[..s.filled], started.elapsed());
                 }
@@ -209,7 +207,7 @@ async fn request<T: Transport>(
             tracing::debug!("bad request: {e}");
             let mut reply =
                 Reply::closing(request::names_head(&s.buf[..s.filled]), cx.files.cfg.server);
-            let resp = handler::page(cx.files, 0, e.status(), Vec::new());
+            let resp = handler::page(&cx.files.handler, 0, e.status(), Vec::new());
             let sent = send(t, &mut s.out, &mut reply, &resp, &mut tally).await;
             cx.account(&resp, &tally, &s.buf[..s.filled], started.elapsed());
             return Some(match sent {
@@ -222,39 +220,25 @@ async fn request<T: Transport>(
     // `handler::route`. Another site's context lives as long as the
     // request.
     let mut misdirected = false;
-    let mut elsewhere = None;
-    match cx.route(head.host.as_deref()) {
-        Route::Here => {}
-        Route::Misdirected => misdirected = true,
-        Route::There(site) => {
-            let info = ConnInfo {
-                site: site.label.clone(),
-                metrics: site
-                    .metrics
-                    .get_or_init(|| cx.front.metrics.site(&site.label))
-                    .clone(),
-                log: site.access_log.clone(),
-                ..cx.info.clone()
-            };
-            elsewhere = Some((site, info));
-        }
-    }
+    let elsewhere;
     let there;
-    let cx = match &elsewhere {
-        Some((site, info)) => match &site.job {
-            SiteJob::Files(files) => {
-                there = Ctx {
-                    files,
-                    front: cx.front,
-                    site: &info.metrics,
-                    info,
-                };
-                &there
+    let cx = match cx.route(head.host.as_deref()) {
+        Route::Here => cx,
+        Route::Misdirected => {
+            misdirected = true;
+            cx
+        }
+        Route::There(site) => {
+            elsewhere = cx.elsewhere(site);
+            match elsewhere.ctx(cx.front) {
+                Some(c) => {
+                    there = c;
+                    &there
+                }
+                // `route` sends a request to static sites only.
+                None => cx,
             }
-            // `route` sends a request to static sites only.
-            SiteJob::Proxy(_) => cx,
-        },
-        None => cx,
+        }
     };
     let cfg = &cx.files.cfg;
     if cx.info.log.is_some() {
@@ -283,7 +267,7 @@ async fn request<T: Transport>(
             if head.body != ReqBody::None {
                 reply.stream_unusable();
             }
-            let resp = handler::page(cx.files, 0, status, extra);
+            let resp = handler::page(&cx.files.handler, 0, status, extra);
             let result = send(t, &mut s.out, &mut reply, &resp, &mut tally).await;
             (resp, result)
         }
@@ -298,7 +282,7 @@ async fn request<T: Transport>(
                         Ok(BodyRead::TimedOut) => {
                             let mut reply =
                                 Reply::closing(head.method == Method::Head, cx.files.cfg.server);
-                            let resp = handler::page(cx.files, 0, 408, Vec::new());
+                            let resp = handler::page(&cx.files.handler, 0, 408, Vec::new());
                             let _ = send(t, &mut s.out, &mut reply, &resp, &mut tally).await;
                             cx.account(&resp, &tally, &s.logged, started.elapsed());
                             return Some(End::Close);
@@ -309,7 +293,7 @@ async fn request<T: Transport>(
                 // Chunked bodies are not read: answer, then close.
                 ReqBody::Chunked => reply.stream_unusable(),
             }
-            let resp = handler::handle(cx.files, &Request::from(&head));
+            let resp = handler::handle(&cx.files.handler, &Request::from(&head));
             let result = send(t, &mut s.out, &mut reply, &resp, &mut tally).await;
             (resp, result)
         }
@@ -324,7 +308,7 @@ async fn request<T: Transport>(
     cx.account(&resp, &tally, &s.logged, took);
     if let Err(e) = result {
         if matches!(e, TransportError::FileShrank) {
-            cx.shrank(resp.path.as_ref());
+            cx.files.handler.shrank(resp.path.as_ref());
         }
         return Some(End::Abort(e));
     }

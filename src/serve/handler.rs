@@ -5,13 +5,65 @@
 //! (and later HTTP/2) sends the plan, and the service counts it.
 
 use super::model::{Body, FileRange, Request, Response, Value};
-use super::StaticFiles;
-use crate::files::{FileError, Lookup, OpenFile};
+use crate::files::{Charset, DocRoot, FileError, Lookup, OpenFile};
 use crate::http::conditional::{self, Outcome};
+use crate::http::encoding::Encoding;
 use crate::http::path::{self, NormPath};
 use crate::http::range::{self, RangeResult};
 use crate::http::request::Method;
 use crate::http::response::error_page;
+use crate::http::site_headers::SiteHeaders;
+use crate::lograte::LogLimit;
+
+/// A site's files and what answering from them reads of its settings.
+pub struct Handler {
+    root: DocRoot,
+    /// Precompressed siblings to look for (none: only the files).
+    precompressed: Vec<Encoding>,
+    headers: SiteHeaders,
+    fallback: Option<NormPath>,
+    charset: Charset,
+    /// Warnings that a flood of requests could repeat.
+    log: LogLimit,
+}
+
+impl Handler {
+    pub fn new(
+        root: DocRoot,
+        precompressed: Vec<Encoding>,
+        headers: SiteHeaders,
+        fallback: Option<NormPath>,
+        charset: Charset,
+    ) -> Handler {
+        Handler {
+            root,
+            precompressed,
+            headers,
+            fallback,
+            charset,
+            log: LogLimit::new(crate::lograte::EVERY),
+        }
+    }
+
+    /// The directory the document root leads to now.
+    pub fn root_path(&self) -> std::path::PathBuf {
+        self.root.path()
+    }
+
+    /// Warn (rate-limited) that the file being sent for `norm` (the
+    /// request's path, if it had one) shrank: a framing found it shorter
+    /// than the plan said.
+    pub fn shrank(&self, norm: Option<&NormPath>) {
+        if let Some(left_out) = self.log.allow("file_shrank") {
+            let root = self.root.path();
+            let shown = norm.map_or_else(|| root.clone(), |n| root.join(n.to_relative()));
+            tracing::warn!(
+                "{} shrank while being sent; the response was cut short{left_out}",
+                shown.display()
+            );
+        }
+    }
+}
 
 /// Which site answers a request.
 pub(crate) enum Route<S> {
@@ -76,7 +128,7 @@ pub(crate) fn route<S>(
 /// A small HTML page for `status` (errors, redirects), with the site
 /// headers of list `which` (`SiteHeaders::which`) and `extra` headers.
 pub(crate) fn page<'a>(
-    files: &'a StaticFiles,
+    files: &'a Handler,
     which: usize,
     status: u16,
     extra: Vec<(&'a str, Value<'a>)>,
@@ -90,14 +142,14 @@ pub(crate) fn page<'a>(
 }
 
 /// The site's headers of list `which`, first after the framing's own.
-fn site_headers<'a>(files: &'a StaticFiles, which: usize, r: &mut Response<'a>) {
-    for (k, v) in files.cfg.headers.list(which) {
+fn site_headers<'a>(files: &'a Handler, which: usize, r: &mut Response<'a>) {
+    for (k, v) in files.headers.list(which) {
         r.header(k, Value::Text(v));
     }
 }
 
 /// Answer `req` from the site's files.
-pub(crate) fn handle<'a>(files: &'a StaticFiles, req: &Request<'_>) -> Response<'a> {
+pub(crate) fn handle<'a>(files: &'a Handler, req: &Request<'_>) -> Response<'a> {
     if *req.method == Method::Other {
         // HTTP/1.1 refuses these before reading a body; any other way in
         // gets the same answer here.
@@ -110,7 +162,7 @@ pub(crate) fn handle<'a>(files: &'a StaticFiles, req: &Request<'_>) -> Response<
             return page(files, 0, 400, Vec::new());
         }
     };
-    let cfg = &files.cfg;
+    let cfg = files;
     let mut which = cfg.headers.which(Some(&norm));
     // One look at the root for both: a request never mixes two releases.
     let found = files.root.lookup_or(
@@ -156,8 +208,8 @@ pub(crate) fn handle<'a>(files: &'a StaticFiles, req: &Request<'_>) -> Response<
 }
 
 /// The response with the file `f` (or a part of it, or none).
-fn file<'a>(files: &'a StaticFiles, which: usize, req: &Request<'_>, f: OpenFile) -> Response<'a> {
-    let cfg = &files.cfg;
+fn file<'a>(files: &'a Handler, which: usize, req: &Request<'_>, f: OpenFile) -> Response<'a> {
+    let cfg = files;
     let v = &f.validators;
     match conditional::evaluate(req.preconditions, v) {
         Outcome::Proceed => {}
@@ -213,46 +265,29 @@ fn file<'a>(files: &'a StaticFiles, which: usize, req: &Request<'_>, f: OpenFile
     r
 }
 
-/// The path of a request as the root shows it, for a warning.
-pub(crate) fn shown(files: &StaticFiles, norm: &NormPath) -> std::path::PathBuf {
-    files.root.path().join(norm.to_relative())
-}
-
 #[cfg(test)]
 mod tests {
     //! The handler with no socket: a document root in a temp dir, requests
     //! built as any framing would, and the plans it returns.
 
     use super::*;
-    use crate::config::{Limits, Timeouts};
-    use crate::files::{Charset, DocRoot};
     use crate::http::conditional::Preconditions;
-    use crate::http::response::ServerHeader;
-    use crate::http::site_headers::SiteHeaders;
-    use crate::lograte::LogLimit;
-    use crate::serve::FilesCfg;
     use std::collections::BTreeMap;
 
     const BODY: &[u8] = b"hello, world";
 
-    fn site(dir: &std::path::Path) -> StaticFiles {
+    fn site(dir: &std::path::Path) -> Handler {
         std::fs::write(dir.join("a.txt"), BODY).unwrap();
         std::fs::create_dir(dir.join("d")).unwrap();
         std::fs::write(dir.join("d/index.html"), b"<p>d</p>").unwrap();
         let own = BTreeMap::from([("X-Site".to_string(), "yes".to_string())]);
-        StaticFiles {
-            root: DocRoot::open(dir, false, false).unwrap(),
-            cfg: FilesCfg {
-                limits: Limits::default(),
-                timeouts: Timeouts::default(),
-                precompressed: Vec::new(),
-                headers: SiteHeaders::new(&BTreeMap::new(), &own, Vec::new()),
-                fallback: None,
-                charset: Charset::new(None),
-                server: ServerHeader::WithVersion,
-            },
-            log: LogLimit::new(crate::lograte::EVERY),
-        }
+        Handler::new(
+            DocRoot::open(dir, false, false).unwrap(),
+            Vec::new(),
+            SiteHeaders::new(&BTreeMap::new(), &own, Vec::new()),
+            None,
+            Charset::new(None),
+        )
     }
 
     fn get(target: &str) -> Request<'_> {

@@ -15,15 +15,11 @@ pub mod model;
 use crate::config::settings::{Files, Site};
 use crate::config::{Limits, Timeouts};
 use crate::files::{Charset, DocRoot, RootError};
-use crate::http::encoding::Encoding;
-use crate::http::path;
 use crate::http::response::ServerHeader;
-use crate::http::site_headers::SiteHeaders;
-use crate::lograte::LogLimit;
 use crate::server::sites::{SiteJob, SiteRt};
 use crate::server::{ConnInfo, Front, Tls};
 use crate::transport::Path;
-use handler::{Named, Route};
+use handler::{Handler, Named, Route};
 use model::Response;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,21 +27,14 @@ use tokio::sync::watch;
 
 /// The static file service of one site.
 pub struct StaticFiles {
-    root: DocRoot,
+    handler: Handler,
     cfg: FilesCfg,
-    /// Warnings that a flood of requests could repeat.
-    log: LogLimit,
 }
 
-/// What a session reads of its site's settings.
+/// What the framing reads of its site's settings.
 struct FilesCfg {
     limits: Limits,
     timeouts: Timeouts,
-    /// Precompressed siblings to look for (none: only the files).
-    precompressed: Vec<Encoding>,
-    headers: SiteHeaders,
-    fallback: Option<path::NormPath>,
-    charset: Charset,
     /// The site's `Server` header (`server_tokens`).
     server: ServerHeader,
 }
@@ -65,23 +54,24 @@ impl StaticFiles {
             tracing::warn!("site {}: {problem}", site.label());
         }
         Ok(StaticFiles {
-            root,
+            handler: Handler::new(
+                root,
+                files.precompressed.clone(),
+                files.headers.clone(),
+                files.fallback.clone(),
+                Charset::new(files.charset.as_deref()),
+            ),
             cfg: FilesCfg {
                 limits: site.limits.clone(),
                 timeouts: site.timeouts.clone(),
-                precompressed: files.precompressed.clone(),
-                headers: files.headers.clone(),
-                fallback: files.fallback.clone(),
-                charset: Charset::new(files.charset.as_deref()),
                 server: ServerHeader::from_tokens(files.server_tokens),
             },
-            log: LogLimit::new(crate::lograte::EVERY),
         })
     }
 
     /// The directory the document root leads to now.
     pub fn root_path(&self) -> std::path::PathBuf {
-        self.root.path()
+        self.handler.root_path()
     }
 
     /// Serve one connection. (Not an `async fn`: its arguments would be
@@ -116,6 +106,29 @@ struct Ctx<'a> {
     /// The site's counters.
     site: &'a crate::metrics::SiteMetrics,
     info: &'a ConnInfo,
+}
+
+/// Another static site answering a request, and the connection as it
+/// sees it.
+struct Elsewhere {
+    site: Arc<SiteRt>,
+    info: ConnInfo,
+}
+
+impl Elsewhere {
+    /// The context a request answered there sees (`None`: the site is not
+    /// a static one).
+    fn ctx<'a>(&'a self, front: &'a Front) -> Option<Ctx<'a>> {
+        match &self.site.job {
+            SiteJob::Files(files) => Some(Ctx {
+                files,
+                front,
+                site: &self.info.metrics,
+                info: &self.info,
+            }),
+            SiteJob::Proxy(_) => None,
+        }
+    }
 }
 
 /// What writing one response put on the wire, as its framing reports it.
@@ -154,6 +167,22 @@ impl Ctx<'_> {
         })
     }
 
+    /// What answering from `site` (another static site, see
+    /// [`Ctx::route`]) needs: the connection's facts under its name, its
+    /// counters and its log. Lives as long as the request.
+    fn elsewhere(&self, site: Arc<SiteRt>) -> Elsewhere {
+        let info = ConnInfo {
+            site: site.label.clone(),
+            metrics: site
+                .metrics
+                .get_or_init(|| self.front.metrics.site(&site.label))
+                .clone(),
+            log: site.access_log.clone(),
+            ..self.info.clone()
+        };
+        Elsewhere { site, info }
+    }
+
     /// Count and log one response: its status, what its writing put on
     /// the wire, for the request whose raw head (as far as it was read) is
     /// `head`, which took `took`.
@@ -173,17 +202,6 @@ impl Ctx<'_> {
                 body_bytes: tally.body,
                 duration: took,
             });
-        }
-    }
-
-    /// Warn (rate-limited) that the file being sent for `norm` shrank.
-    fn shrank(&self, norm: Option<&path::NormPath>) {
-        if let Some(left_out) = self.files.log.allow("file_shrank") {
-            let shown = norm.map(|n| handler::shown(self.files, n));
-            tracing::warn!(
-                "{} shrank while being sent; the response was cut short{left_out}",
-                shown.unwrap_or_else(|| self.files.root.path()).display()
-            );
         }
     }
 }
