@@ -192,7 +192,7 @@ async fn request<T: Transport>(
                     );
                     let resp = handler::page(&cx.files.handler, 0, 408, Vec::new());
                     let _ = send(t, &mut s.out, &mut reply, &resp, &mut tally).await;
-                    cx.account(&resp, &tally, &s.buf[..s.filled], started.elapsed());
+                    cx.account(&resp, &tally, &s.buf[..s.filled], started.elapsed(), false);
                 }
                 return Some(End::Close);
             }
@@ -209,7 +209,7 @@ async fn request<T: Transport>(
                 Reply::closing(request::names_head(&s.buf[..s.filled]), cx.files.cfg.server);
             let resp = handler::page(&cx.files.handler, 0, e.status(), Vec::new());
             let sent = send(t, &mut s.out, &mut reply, &resp, &mut tally).await;
-            cx.account(&resp, &tally, &s.buf[..s.filled], started.elapsed());
+            cx.account(&resp, &tally, &s.buf[..s.filled], started.elapsed(), false);
             return Some(match sent {
                 Ok(()) => End::Close,
                 Err(e) => End::Abort(e),
@@ -284,7 +284,7 @@ async fn request<T: Transport>(
                                 Reply::closing(head.method == Method::Head, cx.files.cfg.server);
                             let resp = handler::page(&cx.files.handler, 0, 408, Vec::new());
                             let _ = send(t, &mut s.out, &mut reply, &resp, &mut tally).await;
-                            cx.account(&resp, &tally, &s.logged, started.elapsed());
+                            cx.account(&resp, &tally, &s.logged, started.elapsed(), false);
                             return Some(End::Close);
                         }
                         Err(e) => return Some(End::Abort(e)),
@@ -305,14 +305,13 @@ async fn request<T: Transport>(
     // response sent (a file's body included). One clock read here and
     // one at the start: a clock read is most of what timing costs.
     let took = started.elapsed();
-    cx.account(&resp, &tally, &s.logged, took);
+    cx.account(&resp, &tally, &s.logged, took, result.is_ok());
     if let Err(e) = result {
         if matches!(e, TransportError::FileShrank) {
             cx.files.handler.shrank(resp.path.as_ref());
         }
         return Some(End::Abort(e));
     }
-    cx.site.request_done(took.as_secs_f64());
     s.served += 1;
     if !reply.keep_alive() {
         return Some(End::Close);
@@ -455,5 +454,173 @@ async fn send<T: Transport>(
             }
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The HTTP/1.1 writing of a plan, into a transport kept in memory.
+
+    use super::*;
+    use crate::http::response::ServerHeader;
+    use crate::serve::model::FileRange;
+    use crate::transport::Path;
+    use std::sync::Arc;
+
+    /// What was written, and how: `(more, bytes)` per write, file bodies
+    /// as `(false, bytes)` read from the file.
+    #[derive(Default)]
+    struct Memory {
+        writes: Vec<(bool, Vec<u8>)>,
+        files: usize,
+    }
+
+    impl Transport for Memory {
+        async fn read(&mut self, _: &mut [u8]) -> Result<usize, TransportError> {
+            Ok(0)
+        }
+        async fn readable(&mut self) -> Result<(), TransportError> {
+            Ok(())
+        }
+        async fn write_all(&mut self, data: &[u8], more: bool) -> Result<(), TransportError> {
+            self.writes.push((more, data.to_vec()));
+            Ok(())
+        }
+        async fn send_file(
+            &mut self,
+            file: &std::fs::File,
+            offset: u64,
+            len: u64,
+        ) -> Result<(), TransportError> {
+            let mut buf = vec![0; len as usize];
+            std::os::unix::fs::FileExt::read_exact_at(file, &mut buf, offset)
+                .map_err(|_| TransportError::FileShrank)?;
+            self.files += 1;
+            self.writes.push((false, buf));
+            Ok(())
+        }
+        async fn close(&mut self) -> Result<(), TransportError> {
+            Ok(())
+        }
+        fn release_buffers(&mut self) {}
+        fn path(&self) -> Path {
+            Path::Userspace
+        }
+    }
+
+    fn plan(file: &Arc<std::fs::File>, offset: u64, len: u64) -> Response<'static> {
+        let mut r = Response::new(206);
+        r.header("X-Site", Value::Text("yes"))
+            .header("Content-Range", Value::Owned(format!("bytes {offset}-")));
+        r.body = Body::File(FileRange {
+            file: file.clone(),
+            offset,
+            len,
+        });
+        r
+    }
+
+    /// Write `resp` for a request of HTTP/1.`minor`; the writes, the tally.
+    fn write(resp: &Response<'_>, head_only: bool, minor: u8) -> (Memory, Tally) {
+        let mut t = Memory::default();
+        let mut tally = Tally::new(Path::Userspace);
+        let mut reply = Reply::new(minor, head_only, true, ServerHeader::NameOnly);
+        let mut out = Vec::new();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(send(&mut t, &mut out, &mut reply, resp, &mut tally))
+            .unwrap();
+        (t, tally)
+    }
+
+    fn text(b: &[u8]) -> String {
+        String::from_utf8_lossy(b).into_owned()
+    }
+
+    #[test]
+    fn a_large_file_range_follows_its_head_by_send_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        std::fs::write(dir.path().join("f"), &data).unwrap();
+        let file = Arc::new(std::fs::File::open(dir.path().join("f")).unwrap());
+        let (t, tally) = write(&plan(&file, 100, 5000), false, 1);
+        assert_eq!(t.files, 1);
+        assert_eq!(t.writes.len(), 2);
+        let (more, head) = &t.writes[0];
+        let head = text(head);
+        // The head says a body follows at once: it may share its record.
+        assert!(more, "{head}");
+        assert!(head.starts_with("HTTP/1.1 206 Partial Content\r\nServer: tlsfront\r\nDate: "));
+        assert!(
+            head.ends_with(
+                "X-Site: yes\r\nContent-Range: bytes 100-\r\nContent-Length: 5000\r\n\r\n"
+            ),
+            "{head}"
+        );
+        assert_eq!(t.writes[1].1, &data[100..5100]);
+        assert_eq!((tally.body, tally.wire), (5000, head.len() as u64 + 5000));
+        // HEAD: the same head, no body.
+        let (t, tally) = write(&plan(&file, 100, 5000), true, 1);
+        assert_eq!((t.files, t.writes.len(), t.writes[0].0), (0, 1, false));
+        assert!(text(&t.writes[0].1).contains("Content-Length: 5000\r\n"));
+        assert_eq!(tally.body, 0);
+    }
+
+    #[test]
+    fn a_small_file_range_goes_out_with_its_head_in_one_write() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), b"0123456789").unwrap();
+        let file = Arc::new(std::fs::File::open(dir.path().join("f")).unwrap());
+        let (t, tally) = write(&plan(&file, 2, 3), false, 0);
+        assert_eq!((t.files, t.writes.len()), (0, 1));
+        let all = text(&t.writes[0].1);
+        // HTTP/1.0 kept open says so.
+        assert!(
+            all.ends_with("Content-Length: 3\r\nConnection: keep-alive\r\n\r\n234"),
+            "{all}"
+        );
+        assert_eq!((tally.body, tally.wire), (3, all.len() as u64));
+        // A file shorter than the plan: no padding, the error that says so.
+        let mut t = Memory::default();
+        let mut tally = Tally::new(Path::Userspace);
+        let mut reply = Reply::new(1, false, true, ServerHeader::NameOnly);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let r = rt.block_on(send(
+            &mut t,
+            &mut Vec::new(),
+            &mut reply,
+            &plan(&file, 8, 5),
+            &mut tally,
+        ));
+        assert!(matches!(r, Err(TransportError::FileShrank)), "{r:?}");
+        assert!(t.writes.is_empty() && tally.wire == 0);
+    }
+
+    #[test]
+    fn pages_state_their_length_and_a_304_none() {
+        let mut page = Response::new(404);
+        page.header("Content-Type", Value::Text("text/html"));
+        page.body = Body::Page("<p>gone</p>".into());
+        let (t, tally) = write(&page, false, 1);
+        let all = text(&t.writes[0].1);
+        assert!(all.starts_with("HTTP/1.1 404 Not Found\r\n"), "{all}");
+        assert!(all.ends_with("Content-Type: text/html\r\nContent-Length: 11\r\n\r\n<p>gone</p>"));
+        assert_eq!((tally.body, tally.wire), (11, all.len() as u64));
+        let mut nm = Response::new(304);
+        nm.header(
+            "Last-Modified",
+            Value::Date(std::time::SystemTime::UNIX_EPOCH),
+        );
+        let (t, tally) = write(&nm, false, 1);
+        let all = text(&t.writes[0].1);
+        assert!(
+            all.ends_with("\r\nLast-Modified: Thu, 01 Jan 1970 00:00:00 GMT\r\n\r\n"),
+            "{all}"
+        );
+        assert!(!all.contains("Content-Length"), "{all}");
+        assert_eq!(tally.body, 0);
     }
 }

@@ -185,8 +185,16 @@ impl Ctx<'_> {
 
     /// Count and log one response: its status, what its writing put on
     /// the wire, for the request whose raw head (as far as it was read) is
-    /// `head`, which took `took`.
-    fn account(&self, resp: &Response<'_>, tally: &Tally, head: &[u8], took: Duration) {
+    /// `head`, which took `took`; `served`: a request read whole and
+    /// answered in full, which counts in the request durations.
+    fn account(
+        &self,
+        resp: &Response<'_>,
+        tally: &Tally,
+        head: &[u8],
+        took: Duration,
+        served: bool,
+    ) {
         self.site.status(resp.status);
         if tally.wire > 0 {
             self.site.bytes(tally.path, tally.wire);
@@ -202,6 +210,9 @@ impl Ctx<'_> {
                 body_bytes: tally.body,
                 duration: took,
             });
+        }
+        if served {
+            self.site.request_done(took.as_secs_f64());
         }
     }
 }
