@@ -84,21 +84,45 @@ pub enum Outcome {
     PreconditionFailed,
 }
 
-pub fn evaluate(req: &RequestHead, v: &Validators) -> Outcome {
-    if let Some(im) = &req.if_match {
+/// The request fields the preconditions read, whatever the protocol
+/// carried them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Preconditions<'a> {
+    pub if_match: Option<&'a str>,
+    pub if_none_match: Option<&'a str>,
+    pub if_modified_since: Option<&'a str>,
+    pub if_unmodified_since: Option<&'a str>,
+    pub if_range: Option<&'a str>,
+}
+
+impl<'a> From<&'a RequestHead> for Preconditions<'a> {
+    fn from(h: &'a RequestHead) -> Self {
+        Preconditions {
+            if_match: h.if_match.as_deref(),
+            if_none_match: h.if_none_match.as_deref(),
+            if_modified_since: h.if_modified_since.as_deref(),
+            if_unmodified_since: h.if_unmodified_since.as_deref(),
+            if_range: h.if_range.as_deref(),
+        }
+    }
+}
+
+pub fn evaluate<'a>(req: impl Into<Preconditions<'a>>, v: &Validators) -> Outcome {
+    let req = req.into();
+    if let Some(im) = req.if_match {
         if !list_matches(im, v.etag.as_str(), true) {
             return Outcome::PreconditionFailed;
         }
-    } else if let Some(date) = req.if_unmodified_since.as_deref().and_then(parse_date) {
+    } else if let Some(date) = req.if_unmodified_since.and_then(parse_date) {
         if v.modified > date {
             return Outcome::PreconditionFailed;
         }
     }
-    if let Some(inm) = &req.if_none_match {
+    if let Some(inm) = req.if_none_match {
         if list_matches(inm, v.etag.as_str(), false) {
             return Outcome::NotModified;
         }
-    } else if let Some(date) = req.if_modified_since.as_deref().and_then(parse_date) {
+    } else if let Some(date) = req.if_modified_since.and_then(parse_date) {
         if v.modified <= date {
             return Outcome::NotModified;
         }
@@ -107,8 +131,8 @@ pub fn evaluate(req: &RequestHead, v: &Validators) -> Outcome {
 }
 
 /// Whether a Range may be honoured given If-Range (absent: yes).
-pub fn if_range_allows(req: &RequestHead, v: &Validators) -> bool {
-    match req.if_range.as_deref().map(str::trim) {
+pub fn if_range_allows<'a>(req: impl Into<Preconditions<'a>>, v: &Validators) -> bool {
+    match req.into().if_range.map(str::trim) {
         None => true,
         Some(tag) if tag.starts_with('"') => tag == v.etag.as_str(),
         Some(tag) if tag.starts_with("W/") => false,
