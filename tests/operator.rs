@@ -125,13 +125,10 @@ fn the_pid_file_follows_the_main_process_through_an_upgrade() {
     assert!(!pid_file.exists(), "{} is left", pid_file.display());
 }
 
-#[test]
-fn with_user_the_pid_file_names_the_parent() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
-    let _serial = common::serial();
+/// `tlsfront serve` as nobody (a parent and a server process), from a
+/// config with a `pid_file`, its root readable by nobody: the directory
+/// (kept while the test needs it), the pid file's path and the server.
+fn serve_with_user_and_pid_file() -> (tempfile::TempDir, std::path::PathBuf, Server) {
     let dir = tempfile::tempdir().unwrap();
     let www = dir.path().join("www");
     std::fs::create_dir(&www).unwrap();
@@ -152,6 +149,17 @@ fn with_user_the_pid_file_names_the_parent() {
         &["serve", &www_arg],
         &["--config", &cfg_arg, "--user", "nobody"],
     );
+    (dir, pid_file, server)
+}
+
+#[test]
+fn with_user_the_pid_file_names_the_parent() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let _serial = common::serial();
+    let (_dir, pid_file, server) = serve_with_user_and_pid_file();
     let out = server.wait_for_output("parent process ", 1);
     assert!(
         out.contains(&format!("parent process {} ", server.pid())),
@@ -327,26 +335,8 @@ fn an_upgrade_that_fails_leaves_the_pid_file_to_the_process_that_serves_on() {
         return;
     }
     let _serial = common::serial();
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, pid_file, server) = serve_with_user_and_pid_file();
     let www = dir.path().join("www");
-    std::fs::create_dir(&www).unwrap();
-    std::fs::write(www.join("index.html"), "hello\n").unwrap();
-    for (p, m) in [(dir.path(), 0o755), (www.as_path(), 0o755)] {
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
-    }
-    let pid_file = dir.path().join("tlsfront.pid");
-    let cfg = dir.path().join("tlsfront.toml");
-    std::fs::write(
-        &cfg,
-        format!("pid_file = {:?}\n", pid_file.display().to_string()),
-    )
-    .unwrap();
-    let (www_arg, cfg_arg) = (www.display().to_string(), cfg.display().to_string());
-    let server = Server::spawn_via(
-        &[],
-        &["serve", &www_arg],
-        &["--config", &cfg_arg, "--user", "nobody"],
-    );
     assert_eq!(pid_in(&pid_file), Some(server.pid()));
     // The new parent writes its pid, then its server process (as nobody)
     // cannot open the root and the upgrade fails: the file names the old

@@ -89,8 +89,9 @@ impl Setup {
     }
 }
 
-/// A new TLS 1.3 session with `localhost` on `port`, saved to `sess`.
-fn new_session(setup: &Setup, port: u16, sess: &Path) {
+/// s_client with TLS 1.3 to `localhost` on `port`, trusting the setup's
+/// CA, with `session` (`-sess_out` or `-sess_in`) naming `sess`.
+fn session(setup: &Setup, port: u16, session: &str, sess: &Path) -> (String, String) {
     let (ca, s) = (
         setup.ca.pem.display().to_string(),
         sess.display().to_string(),
@@ -101,34 +102,26 @@ fn new_session(setup: &Setup, port: u16, sess: &Path) {
         "localhost",
         "-CAfile",
         &ca,
-        "-sess_out",
+        session,
         &s,
     ];
-    let (out, err, _) = common::s_client(
-        port,
-        &args,
-        &[common::Step::WaitForFile(sess)],
-        Duration::from_secs(30),
-    );
+    let steps = match session {
+        "-sess_out" => vec![common::Step::WaitForFile(sess)],
+        _ => Vec::new(),
+    };
+    let (out, err, _) = common::s_client(port, &args, &steps, Duration::from_secs(30));
+    (out, err)
+}
+
+/// A new TLS 1.3 session with `localhost` on `port`, saved to `sess`.
+fn new_session(setup: &Setup, port: u16, sess: &Path) {
+    let (out, err) = session(setup, port, "-sess_out", sess);
     assert!(out.contains("New, TLSv1.3"), "{out}{err}");
 }
 
 /// Whether the session in `sess` resumes on `port`.
 fn resumes(setup: &Setup, port: u16, sess: &Path) -> bool {
-    let (ca, s) = (
-        setup.ca.pem.display().to_string(),
-        sess.display().to_string(),
-    );
-    let args = [
-        "-tls1_3",
-        "-servername",
-        "localhost",
-        "-CAfile",
-        &ca,
-        "-sess_in",
-        &s,
-    ];
-    let (out, err, _) = common::s_client(port, &args, &[], Duration::from_secs(30));
+    let (out, err) = session(setup, port, "-sess_in", sess);
     assert!(out.contains("Verify return code: 0 (ok)"), "{out}{err}");
     out.contains("Reused, TLSv1.3")
 }
