@@ -448,10 +448,8 @@ impl Installed {
 pub fn serve(sock: UnixStream, mut answer: impl FnMut(Request) -> Answer) -> std::io::Result<()> {
     let mut sock = sock;
     loop {
-        let (kind, payload, _) = match read_frame(&sock) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(e),
+        let Some((kind, payload)) = next_request(&sock)? else {
+            return Ok(());
         };
         let path = PathBuf::from(std::ffi::OsStr::from_bytes(&payload));
         let request = match kind {
@@ -485,10 +483,8 @@ pub fn serve_signing(
 ) -> std::io::Result<()> {
     let mut sock = sock;
     loop {
-        let (kind, payload, _) = match read_frame(&sock) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(e),
+        let Some((kind, payload)) = next_request(&sock)? else {
+            return Ok(());
         };
         if kind != SIGN || payload.len() < 6 {
             return Err(std::io::Error::new(
@@ -502,6 +498,16 @@ pub fn serve_signing(
             Ok(signature) => write_frame(&mut sock, DATA, &signature, None)?,
             Err(e) => write_frame(&mut sock, ERROR, &encode_error(&e), None)?,
         }
+    }
+}
+
+/// The next request on the parent's side of a link; `None` once the
+/// server process closed it (it exited).
+fn next_request(sock: &UnixStream) -> std::io::Result<Option<(u8, Vec<u8>)>> {
+    match read_frame(sock) {
+        Ok((kind, payload, _)) => Ok(Some((kind, payload))),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
