@@ -273,15 +273,12 @@ pub fn open_log(path: &Path) -> Option<std::io::Result<std::fs::File>> {
     }
 }
 
-/// In a server process, the seed of the session ticket keys, from the
-/// parent; `None` outside one.
-pub fn ticket_seed() -> Option<std::io::Result<crate::tls::tickets::Seed>> {
+/// In a server process, the bytes of the session ticket keys' seed, from
+/// the parent; `None` outside one.
+pub fn ticket_seed() -> Option<std::io::Result<zeroize::Zeroizing<Vec<u8>>>> {
     let link = LINK.get()?;
     Some(match link.ask(TICKET_SEED, Path::new("")) {
-        Ok((DATA, payload, _)) => {
-            let payload = zeroize::Zeroizing::new(payload);
-            crate::tls::tickets::Seed::from_bytes(&payload).ok_or_else(|| unexpected(DATA))
-        }
+        Ok((DATA, payload, _)) => Ok(zeroize::Zeroizing::new(payload)),
         Ok((ERROR, payload, _)) => Err(decode_error(&payload)),
         Ok((kind, ..)) => Err(unexpected(kind)),
         Err(e) => Err(link.lost(e)),

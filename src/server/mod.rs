@@ -495,7 +495,12 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
     // upgrading process handed over, else new.
     let seed = match role {
         Role::Child { .. } => crate::privsep::ticket_seed()
-            .unwrap_or_else(|| Err(std::io::ErrorKind::NotConnected.into())),
+            .unwrap_or_else(|| Err(std::io::ErrorKind::NotConnected.into()))
+            .and_then(|b| {
+                crate::tls::tickets::Seed::from_bytes(&b).ok_or_else(|| {
+                    std::io::Error::other("the parent process sent a seed of the wrong length")
+                })
+            }),
         Role::Alone => handover::take_ticket_seed(),
     }
     .map_err(StartError::Runtime)?;
