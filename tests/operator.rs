@@ -92,11 +92,7 @@ fn the_pid_file_follows_the_main_process_through_an_upgrade() {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("tlsfront.pid");
     let cfg = dir.path().join("tlsfront.toml");
-    std::fs::write(
-        &cfg,
-        format!("pid_file = {:?}\n", pid_file.display().to_string()),
-    )
-    .unwrap();
+    write_pid_config(&cfg, &pid_file);
     let cfg_arg = cfg.display().to_string();
     let mut server = Server::start(&["--config", &cfg_arg]);
     let old = server.pid();
@@ -125,6 +121,12 @@ fn the_pid_file_follows_the_main_process_through_an_upgrade() {
     assert!(!pid_file.exists(), "{} is left", pid_file.display());
 }
 
+/// A config at `cfg` that sets only `pid_file`.
+fn write_pid_config(cfg: &Path, pid_file: &Path) {
+    let text = format!("pid_file = {:?}\n", pid_file.display().to_string());
+    std::fs::write(cfg, text).unwrap();
+}
+
 /// `tlsfront serve` as nobody (a parent and a server process), from a
 /// config with a `pid_file`, its root readable by nobody: the directory
 /// (kept while the test needs it), the pid file's path and the server.
@@ -138,11 +140,7 @@ fn serve_with_user_and_pid_file() -> (tempfile::TempDir, std::path::PathBuf, Ser
     }
     let pid_file = dir.path().join("tlsfront.pid");
     let cfg = dir.path().join("tlsfront.toml");
-    std::fs::write(
-        &cfg,
-        format!("pid_file = {:?}\n", pid_file.display().to_string()),
-    )
-    .unwrap();
+    write_pid_config(&cfg, &pid_file);
     let (www_arg, cfg_arg) = (www.display().to_string(), cfg.display().to_string());
     let server = Server::spawn_via(
         &[],
@@ -187,11 +185,7 @@ fn a_pid_file_where_others_could_swap_it_is_refused() {
     std::os::unix::fs::symlink(&target, open.join("tlsfront.pid")).unwrap();
     let cfg = dir.path().join("tlsfront.toml");
     let pid_file = open.join("tlsfront.pid");
-    std::fs::write(
-        &cfg,
-        format!("pid_file = {:?}\n", pid_file.display().to_string()),
-    )
-    .unwrap();
+    write_pid_config(&cfg, &pid_file);
     let out = std::process::Command::new(BIN)
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(&cfg)
@@ -270,11 +264,7 @@ fn a_pid_file_that_cannot_be_written_refuses_the_start_before_any_announcement()
     }
     for (what, pid_file) in &cases {
         let cfg = dir.path().join("tlsfront.toml");
-        std::fs::write(
-            &cfg,
-            format!("pid_file = {:?}\n", pid_file.display().to_string()),
-        )
-        .unwrap();
+        write_pid_config(&cfg, pid_file);
         let path = pid_file.display().to_string();
         for extra in &roles {
             let (status, out, err) = refused_start(dir.path(), &cfg, extra);
@@ -314,11 +304,7 @@ fn the_pid_file_is_written_by_the_time_the_start_is_announced() {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("tlsfront.pid");
     let cfg = dir.path().join("tlsfront.toml");
-    std::fs::write(
-        &cfg,
-        format!("pid_file = {:?}\n", pid_file.display().to_string()),
-    )
-    .unwrap();
+    write_pid_config(&cfg, &pid_file);
     let cfg_arg = cfg.display().to_string();
     // `Server::start` returns once the start-up lines are out: no waiting.
     let server = Server::start(&["--config", &cfg_arg]);
