@@ -4,6 +4,7 @@
 
 pub mod conditional;
 pub mod encoding;
+pub mod h2;
 pub mod path;
 pub mod range;
 pub mod request;
