@@ -121,6 +121,20 @@ fn conformance_suite_against_nginx() {
     std::fs::write(root.path().join("body.bin"), &body).unwrap();
     let nginx = nginx_h2(&ca, root.path());
 
+    // The reference set-up itself: nghttp2's client gets the file over h2.
+    let got = tool("nghttp")
+        .args(["--no-verify-peer", "--timeout=60"])
+        .arg(format!("https://127.0.0.1:{}/body.bin", nginx.port))
+        .output()
+        .expect("run nghttp (tests/install-packages.sh installs nghttp2-client)");
+    assert!(
+        got.status.success() && got.stdout == body,
+        "nghttp got {} bytes, exit {:?}: {}",
+        got.stdout.len(),
+        got.status,
+        String::from_utf8_lossy(&got.stderr)
+    );
+
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h2/conformance.py");
     // Every case bounds itself (--timeout): the run ends on its own.
     let out = tool("python3")
