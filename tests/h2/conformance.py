@@ -207,7 +207,7 @@ class Conn:
         alpn = self.sock.selected_alpn_protocol()
         if alpn != "h2":
             raise Fail("ALPN h2", f"ALPN {alpn!r}")
-        self.buf = b""
+        self.buf = bytearray()
         self.eof = False
         self.enc = hpack.Encoder()
         self.dec = hpack.Decoder()
@@ -222,8 +222,12 @@ class Conn:
         self.first_frame = None
         if preface is not None:
             self.send(preface)
+        # Push off (RFC 9113 8.4: the server MUST NOT push then); the case's
+        # settings after, so a case may still send what it wants.
+        settings = {S_ENABLE_PUSH: 0, **(settings or {})}
+        self.max_frame_in = max(16384, settings.get(S_MAX_FRAME_SIZE, 16384))
         if handshake:
-            self.send(SettingsFrame(0, settings=dict(settings or {})).serialize())
+            self.send(SettingsFrame(0, settings=settings).serialize())
             if conn_window:
                 self.send(WindowUpdateFrame(0, window_increment=conn_window).serialize())
             self.handshake()
@@ -265,9 +269,14 @@ class Conn:
             ftype, flags = self.buf[3], self.buf[4]
             sid = struct.unpack(">I", self.buf[5:9])[0] & MAX_WINDOW
             f = Frame(ftype, flags, sid, bytes(self.buf[9 : 9 + n]))
-            self.buf = self.buf[9 + n :]
+            del self.buf[: 9 + n]
             if self.first_frame is None:
                 self.first_frame = f
+            if n > self.max_frame_in:
+                raise Fail(f"frames within our SETTINGS_MAX_FRAME_SIZE {self.max_frame_in} (RFC 9113 4.2)",
+                           f"{f.describe()} of {n} octets")
+            if ftype == PUSH_PROMISE:
+                raise Fail("no PUSH_PROMISE: our SETTINGS_ENABLE_PUSH is 0 (RFC 9113 8.4)", f.describe())
             if DEBUG:
                 name = TYPE_NAMES.get(ftype, f"type 0x{ftype:x}")
                 print(f"{self.opts.current} < {name} stream={sid} flags=0x{flags:x} length={n} "
@@ -296,10 +305,10 @@ class Conn:
                 else:
                     self.stream_credit[sid] = self.stream_credit.get(sid, 0) + getattr(f, "increment", 0)
             if ftype == DATA and self.auto_window and f.payload:
-                self.send(
-                    WindowUpdateFrame(0, window_increment=len(f.payload)).serialize(),
-                    WindowUpdateFrame(sid, window_increment=len(f.payload)).serialize(),
-                )
+                updates = [WindowUpdateFrame(0, window_increment=len(f.payload))]
+                if not flags & END_STREAM:  # a closed stream takes no WINDOW_UPDATE
+                    updates.append(WindowUpdateFrame(sid, window_increment=len(f.payload)))
+                self.send(*updates)
             return f
 
     def decode(self, block):
@@ -485,25 +494,26 @@ class Conn:
                 raise Fail(f"stream {s} open (its body held by a window of 0)", f.describe())
 
     def data_until_ping(self, sid):
-        """Bytes of DATA on sid until the ACK of a PING sent now."""
+        """Flow-controlled octets (padding included) of DATA on sid until
+        the ACK of a PING sent now."""
         payload = self.ping()
         got = 0
         while True:
             f = self.read("PING ACK")
             if f.type == DATA and f.sid == sid:
-                got += len(f.data)
+                got += len(f.payload)
             elif f.type == PING and f.flags & ACK and f.payload == payload:
                 return got
             elif f.type == GOAWAY or (f.type == RST_STREAM and f.sid == sid):
                 raise Fail("the stream open", f.describe())
 
     def data_bytes(self, sid, n):
-        """Read DATA on sid until n bytes came; fail past n."""
+        """Read DATA on sid until n flow-controlled octets came; fail past n."""
         got = 0
         while got < n:
             f = self.read(f"{n} bytes of DATA on stream {sid}")
             if f.type == DATA and f.sid == sid:
-                got += len(f.data)
+                got += len(f.payload)
             elif f.type == GOAWAY or (f.type == RST_STREAM and f.sid == sid):
                 raise Fail(f"{n} bytes of DATA", f"{got}, then {f.describe()}")
         if got > n:
