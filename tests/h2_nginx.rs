@@ -34,6 +34,8 @@ const NGINX_DIFFERS: &[(&str, &str)] = &[
     ("8.1/1", "nginx makes trailers without END_STREAM a connection error (GOAWAY PROTOCOL_ERROR); RFC 9113 8.1.1: stream error PROTOCOL_ERROR"),
     ("8.1/2", "nginx makes a pseudo-header in trailers a connection error (GOAWAY PROTOCOL_ERROR); RFC 9113 8.1.1: stream error PROTOCOL_ERROR"),
     ("8.1.1/3", "nginx answers 400 to a content-length with no DATA and sends no RST_STREAM; RFC 9113 8.1.1: stream error PROTOCOL_ERROR"),
+    ("8.2.1/5", "nginx accepts a field value starting with a space and answers 200; RFC 9113 8.2.1: malformed, stream error PROTOCOL_ERROR"),
+    ("8.2.1/7", "nginx accepts a field value ending with a tab and answers 200; RFC 9113 8.2.1: malformed, stream error PROTOCOL_ERROR"),
     ("8.2.2/1", "nginx ignores a Connection field and answers 200; RFC 9113 8.2.2: malformed, stream error PROTOCOL_ERROR"),
     ("8.2.2/2", "nginx ignores a Keep-Alive field and answers 200; RFC 9113 8.2.2: malformed, stream error PROTOCOL_ERROR"),
     ("8.2.2/3", "nginx ignores a Proxy-Connection field and answers 200; RFC 9113 8.2.2: malformed, stream error PROTOCOL_ERROR"),

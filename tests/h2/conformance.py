@@ -1416,6 +1416,21 @@ def _(o):
     malformed(o, block=plain(base(o)) + lit("x-test", "a\rb"))
 
 
+@case("8.2.1/5", "a field value starting with a space: PROTOCOL_ERROR")
+def _(o):
+    malformed(o, block=plain(base(o)) + lit("x-test", " ok"))
+
+
+@case("8.2.1/6", "a field name with a colon past its start: PROTOCOL_ERROR")
+def _(o):
+    malformed(o, block=plain(base(o)) + lit("x:test", "ok"))
+
+
+@case("8.2.1/7", "a field value ending with a tab: PROTOCOL_ERROR")
+def _(o):
+    malformed(o, block=plain(base(o)) + lit("x-test", "ok\t"))
+
+
 for _i, (_name, _value) in enumerate([("connection", "keep-alive"), ("keep-alive", "timeout=5"),
                                       ("proxy-connection", "keep-alive"),
                                       ("transfer-encoding", "chunked"), ("upgrade", "h2c")]):
@@ -1559,6 +1574,13 @@ def _(o):
 def _(o):
     c = Conn(o)
     c.send(raw(HEADERS, END_STREAM | END_HEADERS, 1, hint(0, 5, 0x20) + enc_base(o)))
+    c.expect_response(1)
+
+
+@case("hpack/4.2/3", "two dynamic table size updates at the start of a block are accepted")
+def _(o):
+    c = Conn(o)
+    c.send(raw(HEADERS, END_STREAM | END_HEADERS, 1, hint(0, 5, 0x20) + hint(256, 5, 0x20) + enc_base(o)))
     c.expect_response(1)
 
 
