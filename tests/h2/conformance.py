@@ -18,7 +18,8 @@ Usage:
 Prints `ok   ID description`, `FAIL ID description: expected X, got Y` or
 `skip ID description: why` per case, in case order; exits 1 if any case
 fails. The cases that need a body (flow control, stream states held open
-by a client window of 0) want --path, a file of some tens of KiB or more.
+by a client window of 0) want --path, a file larger than 64 KiB (past the
+connection's initial window); without it they skip.
 Cases run --jobs at a time, each on its own connection, each within
 --timeout. H2_DEBUG=1 traces every frame sent and received on stderr.
 
@@ -31,7 +32,11 @@ Expectations:
   Where the RFC allows either kind (e.g. 4.2 for DATA, 6.9 for DATA beyond
   the window), the case says so and accepts both.
 - response: status and body bytes.
-Every wait reads frames until its event, EOF or the per-case bound.
+Every wait reads frames until its event, EOF or the per-case bound. A
+server reads its frames in order, so a PING sent after the frames of a
+case is answered only once they were dealt with: the cases use that to
+know the server took a request in, and to end early when a connection
+error did not come or a stream ended without its reset.
 """
 
 import argparse
