@@ -111,6 +111,16 @@ struct Kind {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Event {
+    event: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Protocol {
+    protocol: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Reason {
     reason: &'static str,
 }
@@ -174,6 +184,20 @@ const ERRORS: [&str; 16] = [
     "backend_unreachable",
     "backend_error",
     "send_timeout",
+];
+
+/// The events of `tlsfront_http2_events_total`: connections, and each kind
+/// of client behaviour the server refused or ended a connection for.
+pub const HTTP2_EVENTS: [&str; 9] = [
+    "connection",
+    "stream_refused",
+    "client_reset",
+    "stream_error",
+    "protocol_error",
+    "flow_control_error",
+    "compression_error",
+    "enhance_your_calm",
+    "idle_timeout",
 ];
 
 /// The error kind of a refused reload: it also turns
@@ -472,10 +496,14 @@ impl<
     }
 
     fn inc(&self, name: &'static str) {
+        self.inc_by(name, 1);
+    }
+
+    fn inc_by(&self, name: &'static str, n: u64) {
         if let Ok(mut seen) = self.seen.lock() {
             seen.entry(name)
                 .or_insert_with(|| self.family.get_or_create(&(self.label)(name)).clone())
-                .inc();
+                .inc_by(n);
         }
     }
 
@@ -598,6 +626,9 @@ pub struct Metrics {
     duration: Family<SiteLabel, Histogram>,
     backend_errors: Family<SiteKind, Counter>,
     errors: Named<Kind>,
+    /// Responses of static sites over HTTP/1.x and HTTP/2.
+    protocol_responses: [Counter; 2],
+    http2: Named<Event>,
     cert_expiry: Family<SiteCert, Gauge>,
     ticket_key_age: Gauge,
     reloads: Counter,
@@ -724,6 +755,23 @@ impl Default for Metrics {
             "Errors by kind (the shutdown summary's list)",
             errors.family.clone(),
         );
+        let by_protocol = Family::<Protocol, Counter>::default();
+        r.register(
+            "protocol_responses",
+            "HTTP responses of static-file sites, by protocol (HTTP/1.1, HTTP/2)",
+            by_protocol.clone(),
+        );
+        let protocol_responses = ["HTTP/1.1", "HTTP/2"]
+            .map(|protocol| by_protocol.get_or_create(&Protocol { protocol }).clone());
+        let http2 = Named::new(|event| Event { event });
+        for event in HTTP2_EVENTS {
+            let _ = http2.family.get_or_create(&Event { event });
+        }
+        r.register(
+            "http2_events",
+            "HTTP/2 connections and what their clients did that the server refused, by event",
+            http2.family.clone(),
+        );
         let cert_expiry = Family::<SiteCert, Gauge>::default();
         r.register_with_unit(
             "certificate_expiry_timestamp",
@@ -783,6 +831,8 @@ impl Default for Metrics {
             duration,
             backend_errors,
             errors,
+            protocol_responses,
+            http2,
             cert_expiry,
             ticket_key_age,
             reloads,
@@ -903,6 +953,18 @@ impl Metrics {
         self.errors.inc(kind);
         if kind == RELOAD_FAILED {
             self.reload_ok.set(0);
+        }
+    }
+
+    /// A response of a static site, over HTTP/2 or not.
+    pub fn protocol_response(&self, http2: bool) {
+        self.protocol_responses[usize::from(http2)].inc();
+    }
+
+    /// `n` HTTP/2 events (see [`HTTP2_EVENTS`]).
+    pub fn http2(&self, event: &'static str, n: u64) {
+        if n > 0 {
+            self.http2.inc_by(event, n);
         }
     }
 

@@ -99,6 +99,38 @@ pub(crate) trait Transport {
     /// Send close_notify and shut down our direction.
     async fn close(&mut self) -> Result<(), TransportError>;
 
+    // Without waiting, for sessions that read while they write (HTTP/2
+    // must see WINDOW_UPDATE, RST_STREAM and PING while a file streams):
+    // each does what the socket allows now, and [`Transport::ready`] waits
+    // for more.
+
+    /// Read what is there: `Ok(None)` when nothing is, `Ok(Some(0))` at
+    /// the end of the peer's data.
+    async fn read_now(&mut self, buf: &mut [u8]) -> Result<Option<usize>, TransportError>;
+
+    /// Write as much of `data` as the socket takes now (`more`: as for
+    /// [`Transport::write_all`]); how much was taken. Empty `data` without
+    /// `more` pushes out what an earlier `more` held back.
+    async fn write_now(&mut self, data: &[u8], more: bool) -> Result<usize, TransportError>;
+
+    /// Send what the socket takes now of `len` bytes of `file` from
+    /// `offset`, at least one byte unless it takes none; how much was sent.
+    /// A file that ends first fails with [`TransportError::FileShrank`].
+    async fn send_file_now(
+        &mut self,
+        file: &File,
+        offset: u64,
+        len: u64,
+    ) -> Result<usize, TransportError>;
+
+    /// Whether bytes given to the `_now` writes are still held in this
+    /// process (user-space TLS's queue): the session is not done writing.
+    fn pending(&self) -> bool;
+
+    /// Wait until reading may make progress or, with `write`, writing may
+    /// (or held bytes may be pushed out).
+    async fn ready(&mut self, write: bool) -> Result<(), TransportError>;
+
     /// Drop buffers that an idle connection does not need.
     fn release_buffers(&mut self);
 
@@ -150,6 +182,31 @@ impl<T: Transport> Transport for Box<T> {
 
     async fn close(&mut self) -> Result<(), TransportError> {
         (**self).close().await
+    }
+
+    async fn read_now(&mut self, buf: &mut [u8]) -> Result<Option<usize>, TransportError> {
+        (**self).read_now(buf).await
+    }
+
+    async fn write_now(&mut self, data: &[u8], more: bool) -> Result<usize, TransportError> {
+        (**self).write_now(data, more).await
+    }
+
+    async fn send_file_now(
+        &mut self,
+        file: &File,
+        offset: u64,
+        len: u64,
+    ) -> Result<usize, TransportError> {
+        (**self).send_file_now(file, offset, len).await
+    }
+
+    fn pending(&self) -> bool {
+        (**self).pending()
+    }
+
+    async fn ready(&mut self, write: bool) -> Result<(), TransportError> {
+        (**self).ready(write).await
     }
 
     fn release_buffers(&mut self) {

@@ -61,19 +61,6 @@ const NGINX_DIFFERS: &[(&str, &str)] = &[
 const AUTHORITY: &str = "h2.test";
 const BODY: usize = 200_000;
 
-/// How long the whole suite may take before the test gives up on it.
-const SUITE_BOUND: std::time::Duration = std::time::Duration::from_secs(300);
-
-/// A child process killed on drop (the suite, should the test fail early).
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// nginx in the foreground, killed on drop.
 struct Nginx {
     child: Child,
@@ -150,75 +137,15 @@ fn conformance_suite_against_nginx() {
         String::from_utf8_lossy(&got.stderr)
     );
 
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h2/conformance.py");
-    let out_dir = tempfile::tempdir().unwrap();
-    let (out_path, err_path) = (out_dir.path().join("out"), out_dir.path().join("err"));
-    let mut suite = Killed(
-        tool("python3")
-            .arg(script)
-            .args(["--connect", &format!("127.0.0.1:{}", nginx.port)])
-            .args(["--authority", AUTHORITY])
-            .arg("--cafile")
-            .arg(&ca.pem)
-            .args(["--path", "/body.bin", "--size", &BODY.to_string()])
-            .args(["--sha256", &sha256(&body)])
-            .stdout(std::fs::File::create(&out_path).unwrap())
-            .stderr(std::fs::File::create(&err_path).unwrap())
-            .spawn()
-            .expect("run python3 tests/h2/conformance.py"),
-    );
-    // Every case bounds itself (--timeout, 10 s): this bound is a net only.
-    let status = wait_until(SUITE_BOUND, "the conformance suite to end", || {
-        suite.0.try_wait().unwrap().ok_or("running".to_string())
-    });
-    let stdout = std::fs::read_to_string(&out_path).unwrap();
-    let stderr = std::fs::read_to_string(&err_path).unwrap();
-    let report = format!("{stdout}\n{stderr}");
-
-    let mut verdicts = std::collections::HashMap::new();
-    for line in stdout.lines() {
-        let mut words = line.split_whitespace();
-        if let (Some(verdict @ ("ok" | "FAIL" | "skip")), Some(id)) = (words.next(), words.next()) {
-            assert!(
-                verdicts.insert(id.to_string(), (verdict, line)).is_none(),
-                "case {id} reported twice:\n{report}"
-            );
-        }
-    }
-    assert!(
-        verdicts.len() > 100,
-        "the suite reported {} cases (exit {status:?}):\n{report}",
-        verdicts.len()
-    );
-
-    let mut problems = Vec::new();
-    for (id, reason) in NGINX_DIFFERS {
-        match verdicts.get(*id) {
-            None => problems.push(format!(
-                "NGINX_DIFFERS names {id}, which the suite does not have"
-            )),
-            Some(("ok", _)) => problems.push(format!(
-                "{id} now passes against nginx: drop it from NGINX_DIFFERS ({reason})"
-            )),
-            Some(_) => {}
-        }
-    }
-    for (id, (verdict, line)) in &verdicts {
-        if *verdict != "ok" && !NGINX_DIFFERS.iter().any(|(d, _)| d == id) {
-            problems.push(format!("unexpected against nginx: {line}"));
-        }
-    }
-    problems.sort();
-    assert!(
-        problems.is_empty(),
-        "{}\n\nfull report:\n{report}",
-        problems.join("\n")
-    );
-    // Exactly the listed cases fail or skip: the script's exit says so too.
-    let fails = verdicts.values().any(|(v, _)| *v == "FAIL");
-    assert_eq!(
-        status.success(),
-        !fails,
-        "exit status {status:?}:\n{report}"
+    common::h2::conformance(
+        nginx.port,
+        AUTHORITY,
+        &ca.pem,
+        common::h2::Body {
+            path: "/body.bin",
+            size: BODY,
+            sha256: &sha256(&body),
+        },
+        NGINX_DIFFERS,
     );
 }

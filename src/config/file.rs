@@ -138,11 +138,14 @@ pub struct SiteFile {
     /// `false`: `Server: tlsfront` without the version (default: the top
     /// level's `server_tokens`).
     pub server_tokens: Option<bool>,
+    /// `false`: HTTP/1.1 only, no `h2` offered by ALPN (default: the top
+    /// level's `http2`, else true).
+    pub http2: Option<bool>,
     /// …or TLS termination for this backend.
     pub backend: Option<String>,
     pub write_proxy: Option<ProxyVersion>,
-    /// ALPN protocols offered (default: http/1.1 and http/1.0 for files,
-    /// none for a backend).
+    /// ALPN protocols offered (default: h2, http/1.1 and http/1.0 for
+    /// files, none for a backend).
     pub alpn: Option<Vec<String>>,
     pub limits: SiteLimits,
     pub timeouts: SiteTimeouts,
@@ -182,6 +185,9 @@ pub struct FileConfig {
     /// `false`: `Server: tlsfront` without the version (nginx's
     /// `server_tokens off`), for every site that does not set it.
     pub server_tokens: Option<bool>,
+    /// `false`: no HTTP/2 (nginx's `http2 off`), for every static site that
+    /// does not set it.
+    pub http2: Option<bool>,
     /// The main process writes its pid here (and removes it at exit).
     pub pid_file: Option<PathBuf>,
     /// Session ticket keys, nginx's `ssl_session_ticket_key` format: the

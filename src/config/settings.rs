@@ -141,9 +141,10 @@ pub struct Backend {
     pub write_proxy: Option<ProxyVersion>,
 }
 
-/// The ALPN offered by a static-file site unless set (as nginx: HTTP/1.0
-/// clients such as `curl --http1.0` offer "http/1.0").
-pub const FILES_ALPN: [&str; 2] = ["http/1.1", "http/1.0"];
+/// The ALPN offered by a static-file site unless set: HTTP/2 first (every
+/// browser offers it), then HTTP/1.1 and, as nginx, "http/1.0" (which
+/// clients such as `curl --http1.0` offer).
+pub const FILES_ALPN: [&str; 3] = ["h2", "http/1.1", "http/1.0"];
 
 /// Where each setting came from: flags that were given (key → flag), else
 /// the config file.
@@ -321,7 +322,7 @@ pub fn resolve(
         let mut site = resolve_site(
             (origin, site_at),
             s.clone(),
-            (text, file.headers.as_ref(), file.server_tokens),
+            (text, file.headers.as_ref(), file.server_tokens, file.http2),
             &file.limits,
             &file.timeouts,
             origins,
@@ -439,6 +440,8 @@ fn files_only_key(s: &SiteFile, default_headers: bool) -> Option<&'static str> {
         Some("charset")
     } else if s.server_tokens.is_some() {
         Some("server_tokens")
+    } else if s.http2.is_some() {
+        Some("http2")
     } else {
         None
     }
@@ -508,7 +511,12 @@ fn site_setting(origin: &str, site_at: Option<usize>, text: &str, k: &str) -> St
 fn resolve_site(
     (origin, site_at): (String, Option<usize>),
     s: SiteFile,
-    (text, default_headers, server_tokens): (&str, Option<&HeadersFile>, Option<bool>),
+    (text, default_headers, server_tokens, http2): (
+        &str,
+        Option<&HeadersFile>,
+        Option<bool>,
+        Option<bool>,
+    ),
     limits: &Limits,
     timeouts: &Timeouts,
     origins: &Origins,
@@ -664,7 +672,11 @@ fn resolve_site(
     };
     let alpn: Vec<String> = match (&s.alpn, &job) {
         (Some(a), _) => a.clone(),
-        (None, Job::Files(_)) => FILES_ALPN.iter().map(|s| s.to_string()).collect(),
+        (None, Job::Files(_)) => FILES_ALPN
+            .iter()
+            .filter(|a| s.http2.or(http2).unwrap_or(true) || **a != "h2")
+            .map(|s| s.to_string())
+            .collect(),
         (None, Job::Backend(_)) => Vec::new(),
     };
     for a in &alpn {
@@ -678,8 +690,8 @@ fn resolve_site(
             return Err(invalid(
                 "alpn",
                 format!(
-                    "{a:?}: a site with a root speaks HTTP/1.1 only; offer http/1.1 and \
-                     http/1.0, or leave alpn out"
+                    "{a:?}: a site with a root speaks h2, http/1.1 and http/1.0; offer \
+                     those, or leave alpn out"
                 ),
             ));
         }
@@ -857,19 +869,24 @@ mod tests {
              [[site]]\nnames = [\"A.test.\", \"*.a.test\"]\nroot = \"/srv/a\"\n\
              [site.timeouts]\nkeepalive = 2\n\
              [[site]]\nnames = [\"b.test\"]\nbackend = \"127.0.0.1:9\"\nwrite_proxy = \"v1\"\n\
-             default = true\n",
+             default = true\n\
+             [[site]]\nnames = [\"c.test\"]\nroot = \"/srv/c\"\nhttp2 = false\n",
         )
         .unwrap();
         assert_eq!(s.listen.len(), 2);
-        assert_eq!(s.sites.len(), 2);
+        assert_eq!(s.sites.len(), 3);
         assert_eq!(s.sites[0].names, ["a.test", "*.a.test"]);
         assert_eq!(s.sites[0].timeouts.keepalive, 2.0);
         assert_eq!(s.sites[1].timeouts.keepalive, 9.0);
         assert_eq!(
             s.sites[0].alpn,
-            [b"http/1.1".to_vec(), b"http/1.0".to_vec()]
+            [b"h2".to_vec(), b"http/1.1".to_vec(), b"http/1.0".to_vec()]
         );
         assert!(s.sites[1].alpn.is_empty());
+        assert_eq!(
+            s.sites[2].alpn,
+            [b"http/1.1".to_vec(), b"http/1.0".to_vec()]
+        );
         assert!(matches!(s.sites[1].job, Job::Backend(_)));
         assert_eq!(s.default_site, 1);
     }
@@ -906,8 +923,12 @@ mod tests {
                 "setting key: 2 certificate file(s) and 1 key file(s)",
             ),
             (
-                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nalpn = [\"h2\"]\n",
-                "setting alpn: \"h2\": a site with a root speaks HTTP/1.1 only",
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nalpn = [\"h3\"]\n",
+                "setting alpn: \"h3\": a site with a root speaks h2, http/1.1 and http/1.0",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nbackend = \"127.0.0.1:1\"\nhttp2 = false\n",
+                "http2",
             ),
             (
                 "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\n[site.timeouts]\nsend = 0\n",

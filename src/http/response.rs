@@ -37,6 +37,14 @@ impl ServerHeader {
         }
     }
 
+    /// The header's value.
+    pub fn value(self) -> &'static str {
+        match self {
+            ServerHeader::WithVersion => SERVER,
+            ServerHeader::NameOnly => "tlsfront",
+        }
+    }
+
     /// What follows the status line up to the `Date` value.
     fn after_status(self) -> &'static [u8] {
         match self {
@@ -123,6 +131,11 @@ fn clamped_secs(t: SystemTime) -> u64 {
 thread_local! {
     // One per worker thread: workers share nothing on the request path.
     static DATE: RefCell<DateCache> = RefCell::new(DateCache::default());
+}
+
+/// This worker's date cache, for framings other than [`Reply`]'s.
+pub fn with_dates<R>(f: impl FnOnce(&mut DateCache) -> R) -> R {
+    DATE.with(|d| f(&mut d.borrow_mut()))
 }
 
 /// How the response to one request is framed. The `Connection` header a

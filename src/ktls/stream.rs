@@ -703,6 +703,92 @@ impl Transport for KtlsStream {
         Ok(())
     }
 
+    async fn read_now(&mut self, buf: &mut [u8]) -> Result<Option<usize>, TransportError> {
+        if buf.is_empty() {
+            return Ok(Some(0));
+        }
+        loop {
+            match self.recv_once(buf).await? {
+                Recv::Data(n) => {
+                    if n < buf.len() {
+                        self.drained();
+                    }
+                    return Ok(Some(n));
+                }
+                Recv::Closed => return Ok(Some(0)),
+                Recv::Control => continue,
+                Recv::WouldBlock => return Ok(None),
+            }
+        }
+    }
+
+    async fn write_now(&mut self, data: &[u8], more: bool) -> Result<usize, TransportError> {
+        use rustix::net::SendFlags;
+        if data.is_empty() {
+            // The kernel holds nothing back for us: a record left open by
+            // MSG_MORE closes with the next send without it.
+            return Ok(0);
+        }
+        let mut flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
+        if more {
+            flags |= SendFlags::MORE;
+        }
+        self.reserve_tx(records_for(data.len() as u64)).await?;
+        match self.sock.try_io(Interest::WRITABLE, || {
+            rustix::net::send(self.sock.as_fd(), data, flags).map_err(io::Error::from)
+        }) {
+            Ok(n) => {
+                self.tx_records += records_for(n as u64);
+                Ok(n)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn send_file_now(
+        &mut self,
+        file: &File,
+        offset: u64,
+        len: u64,
+    ) -> Result<usize, TransportError> {
+        if len == 0 {
+            return Ok(0);
+        }
+        self.reserve_tx(2).await?;
+        let chunk = sendfile_chunk(len, self.limit - self.tx_records);
+        let mut off = offset;
+        match self.sock.try_io(Interest::WRITABLE, || {
+            rustix::fs::sendfile(self.sock.as_fd(), file.as_fd(), Some(&mut off), chunk)
+                .map_err(io::Error::from)
+        }) {
+            Ok(0) => Err(TransportError::FileShrank),
+            Ok(n) => {
+                self.tx_records += records_for(n as u64) + 1;
+                Ok(n)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn pending(&self) -> bool {
+        false
+    }
+
+    async fn ready(&mut self, write: bool) -> Result<(), TransportError> {
+        if self.peer_closed && !write {
+            return std::future::pending().await;
+        }
+        let interest = match (write, self.peer_closed) {
+            (true, true) => Interest::WRITABLE,
+            (true, false) => Interest::READABLE | Interest::WRITABLE,
+            (false, _) => Interest::READABLE,
+        };
+        self.sock.ready(interest).await?;
+        Ok(())
+    }
+
     fn release_buffers(&mut self) {}
 
     fn path(&self) -> Path {

@@ -9,6 +9,7 @@
 //! is being read or answered.
 
 mod h1;
+mod h2;
 pub mod handler;
 pub mod model;
 
@@ -20,7 +21,6 @@ use crate::server::sites::{SiteJob, SiteRt};
 use crate::server::{ConnInfo, Front, Tls};
 use crate::transport::Path;
 use handler::{Handler, Named, Route};
-use model::Response;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -91,7 +91,10 @@ impl StaticFiles {
                 site: &info.metrics,
                 info: &info,
             };
+            let h2 = info.alpn.as_deref() == Some(b"h2");
             match tls {
+                Tls::Kernel(k) if h2 => h2::session(k, &cx, stop).await,
+                Tls::User(u) if h2 => h2::session(u, &cx, stop).await,
                 Tls::Kernel(k) => h1::session(k, &cx, stop).await,
                 Tls::User(u) => h1::session(u, &cx, stop).await,
             }
@@ -139,6 +142,8 @@ struct Tally {
     wire: u64,
     /// Body bytes known to be sent (the access log's `$body_bytes_sent`).
     body: u64,
+    /// Framed as HTTP/2.
+    http2: bool,
 }
 
 impl Tally {
@@ -147,6 +152,7 @@ impl Tally {
             path,
             wire: 0,
             body: 0,
+            http2: false,
         }
     }
 }
@@ -187,15 +193,9 @@ impl Ctx<'_> {
     /// the wire, for the request whose raw head (as far as it was read) is
     /// `head`, which took `took`; `served`: a request read whole and
     /// answered in full, which counts in the request durations.
-    fn account(
-        &self,
-        resp: &Response<'_>,
-        tally: &Tally,
-        head: &[u8],
-        took: Duration,
-        served: bool,
-    ) {
-        self.site.status(resp.status);
+    fn account(&self, status: u16, tally: &Tally, head: &[u8], took: Duration, served: bool) {
+        self.site.status(status);
+        self.front.metrics.protocol_response(tally.http2);
         if tally.wire > 0 {
             self.site.bytes(tally.path, tally.wire);
         }
@@ -206,7 +206,7 @@ impl Ctx<'_> {
                 request,
                 user_agent,
                 referer,
-                status: resp.status,
+                status,
                 body_bytes: tally.body,
                 duration: took,
             });

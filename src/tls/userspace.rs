@@ -22,6 +22,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
+use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 /// Plaintext per write when sending a file: 8 full records.
@@ -47,6 +48,10 @@ const INITIAL_READ: usize = 4096;
 const MAX_READ: usize = 4 * MAX_RECORD;
 /// Most plaintext held back waiting for a body (one record's worth).
 const CORK_MAX: usize = 16384;
+/// Most encrypted bytes the `_now` writes leave queued before they take no
+/// more: a session that reads while it writes holds at most this (and one
+/// chunk) for a client that is not reading.
+const OUT_HIGH: usize = 4 * 16384;
 /// Per-record overhead bound for the output buffer (header + nonce + tag +
 /// TLS 1.3 content type).
 const RECORD_OVERHEAD: usize = 5 + 8 + 16 + 1 + 2;
@@ -497,6 +502,118 @@ impl Transport for UserTls {
         if !self.peer_closed {
             socket2::SockRef::from(&self.sock).shutdown(std::net::Shutdown::Write)?;
         }
+        Ok(())
+    }
+
+    async fn read_now(&mut self, buf: &mut [u8]) -> Result<Option<usize>, TransportError> {
+        loop {
+            if self.plain_pos < self.plain.len() {
+                return Ok(Some(self.take_plain(buf)));
+            }
+            if self.peer_closed {
+                return Ok(Some(0));
+            }
+            self.step(Want::Process)?;
+            if !self.out.is_empty() {
+                self.try_flush()?;
+            }
+            if self.plain_pos < self.plain.len() || self.peer_closed {
+                continue;
+            }
+            match self.try_fill() {
+                Ok(_) => continue,
+                Err(TransportError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Ok(None)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn write_now(&mut self, data: &[u8], more: bool) -> Result<usize, TransportError> {
+        if !self.out.is_empty() {
+            self.try_flush()?;
+        }
+        if data.is_empty() {
+            if !more {
+                self.uncork()?;
+                self.try_flush()?;
+            }
+            return Ok(0);
+        }
+        if self.out.len() >= OUT_HIGH {
+            return Ok(0);
+        }
+        if more && self.corked.len() + data.len() <= CORK_MAX {
+            self.corked.extend_from_slice(data);
+            return Ok(data.len());
+        }
+        let n = data.len().min(FILE_CHUNK);
+        if self.corked.is_empty() {
+            self.queue(&data[..n])?;
+        } else {
+            let mut all = std::mem::take(&mut self.corked);
+            all.extend_from_slice(&data[..n]);
+            self.queue(&all)?;
+            all.clear();
+            self.corked = all;
+        }
+        self.try_flush()?;
+        Ok(n)
+    }
+
+    async fn send_file_now(
+        &mut self,
+        file: &File,
+        offset: u64,
+        len: u64,
+    ) -> Result<usize, TransportError> {
+        if !self.out.is_empty() {
+            self.try_flush()?;
+        }
+        if len == 0 || self.out.len() >= OUT_HIGH {
+            return Ok(0);
+        }
+        // The corked bytes (a frame's header) go first, in the same record.
+        let head = self.corked.len();
+        let want = (len.min(FILE_CHUNK as u64) as usize).max(1);
+        let n = STAGING.with_borrow_mut(|staging| {
+            if staging.len() < head + want {
+                staging.resize(FILE_CHUNK.max(head + want), 0);
+            }
+            staging[..head].copy_from_slice(&self.corked);
+            let n = file.read_at(&mut staging[head..head + want], offset)?;
+            if n == 0 {
+                return Err(TransportError::FileShrank);
+            }
+            self.corked.clear();
+            self.step(Want::Encrypt(&staging[..head + n]))?;
+            Ok(n)
+        })?;
+        self.try_flush()?;
+        Ok(n)
+    }
+
+    fn pending(&self) -> bool {
+        !self.out.is_empty() || !self.corked.is_empty()
+    }
+
+    async fn ready(&mut self, write: bool) -> Result<(), TransportError> {
+        if self.plain_pos < self.plain.len() {
+            return Ok(());
+        }
+        let flush = !self.out.is_empty();
+        if write && !flush {
+            // Encrypting into memory can go on now.
+            return Ok(());
+        }
+        let interest = match (write, self.peer_closed) {
+            (false, true) => return std::future::pending().await,
+            (true, true) => Interest::WRITABLE,
+            (true, false) => Interest::READABLE | Interest::WRITABLE,
+            (false, false) => Interest::READABLE,
+        };
+        self.sock.ready(interest).await?;
         Ok(())
     }
 

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod h2;
 pub mod peers;
 
 use std::collections::HashMap;

@@ -766,6 +766,13 @@ pub fn put_settings_ack(out: &mut Vec<u8>) {
     put_head(out, 0, SETTINGS, FLAG_ACK, 0);
 }
 
+/// A PING of our own (a drain's, whose ACK says the client has seen the
+/// GOAWAY before it).
+pub fn put_ping(out: &mut Vec<u8>, data: [u8; 8]) {
+    put_head(out, 8, PING, 0, 0);
+    out.extend_from_slice(&data);
+}
+
 /// The answer to a PING, with its data (§6.7).
 pub fn put_ping_ack(out: &mut Vec<u8>, data: [u8; 8]) {
     put_head(out, 8, PING, FLAG_ACK, 0);

@@ -1,0 +1,209 @@
+//! HTTP/2 on a static site, end to end with real clients: curl `--http2`
+//! (bodies, ranges, conditionals, HEAD, errors, many streams multiplexed
+//! on one connection) and nghttp2's `h2load` (hundreds of streams in
+//! flight). The same tests run in the kTLS guest, where the server's
+//! counters must show every connection on the kernel's path.
+
+mod common;
+
+use common::*;
+
+/// curl over HTTP/2 only (no fallback: ALPN must pick h2).
+fn h2(server: &Server, args: &[&str]) -> std::process::Output {
+    let mut a = vec!["--http2", "--fail-with-body"];
+    a.extend_from_slice(args);
+    server.curl(&a)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn every_size_downloads_whole_over_one_h2_connection() {
+    let server = Server::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut args: Vec<String> = vec![
+        "-w".into(),
+        "%{http_version} %{http_code} %{num_connects} %{size_download}\\n".into(),
+    ];
+    for s in SIZES {
+        args.push(server.url(&format!("/f{s}.bin")));
+        args.push("-o".into());
+        args.push(dir.path().join(format!("{s}")).display().to_string());
+    }
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = h2(&server, &argv);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report = text(&out.stdout);
+    let lines: Vec<&str> = report.lines().collect();
+    assert_eq!(lines.len(), SIZES.len(), "{report}");
+    for (i, (line, s)) in lines.iter().zip(SIZES).enumerate() {
+        let connects = if i == 0 { 1 } else { 0 };
+        assert_eq!(*line, format!("2 200 {connects} {s}"), "{report}");
+        let got = std::fs::read(dir.path().join(format!("{s}"))).unwrap();
+        let want = std::fs::read(file_path(s)).unwrap();
+        assert!(got == want, "f{s}.bin: body differs over h2");
+    }
+    server.stop_and_check_path(1);
+}
+
+#[test]
+fn ranges_conditionals_head_and_errors_behave_as_on_http1() {
+    let server = Server::start(&[]);
+    let want = std::fs::read(file_path(16385)).unwrap();
+    // A single range.
+    let out = h2(
+        &server,
+        &["-D", "-", "-r", "100-16000", &server.url("/f16385.bin")],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let all = out.stdout;
+    let split = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = text(&all[..split]);
+    assert!(head.starts_with("HTTP/2 206"), "{head}");
+    assert!(
+        head.contains("content-range: bytes 100-16000/16385\r\n"),
+        "{head}"
+    );
+    assert!(head.contains("content-length: 15901\r\n"), "{head}");
+    assert!(all[split..] == want[100..16001], "range body differs");
+    // HEAD: the head with the length, no body.
+    let out = h2(&server, &["-sI", &server.url("/f16385.bin")]);
+    let head = text(&out.stdout);
+    assert!(head.starts_with("HTTP/2 200"), "{head}");
+    assert!(head.contains("content-length: 16385\r\n"), "{head}");
+    let etag = head
+        .lines()
+        .find_map(|l| l.strip_prefix("etag: "))
+        .expect("an etag")
+        .trim()
+        .to_string();
+    // A matching If-None-Match: 304.
+    let inm = format!("If-None-Match: {etag}");
+    let out = h2(
+        &server,
+        &[
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-H",
+            &inm,
+            &server.url("/f16385.bin"),
+        ],
+    );
+    assert_eq!(text(&out.stdout), "304");
+    // Errors and redirects: the same pages and headers as HTTP/1.1.
+    let out = server.curl(&["--http2", "-s", "-D", "-", &server.url("/missing")]);
+    let all = text(&out.stdout);
+    assert!(all.starts_with("HTTP/2 404"), "{all}");
+    assert!(all.contains("404 Not Found"), "{all}");
+    let out = server.curl(&[
+        "--http2",
+        "-s",
+        "-D",
+        "-",
+        "-o",
+        "/dev/null",
+        &server.url("/sub"),
+    ]);
+    let head = text(&out.stdout);
+    assert!(head.starts_with("HTTP/2 301"), "{head}");
+    assert!(head.contains("location: /sub/\r\n"), "{head}");
+    let out = server.curl(&[
+        "--http2",
+        "-s",
+        "-D",
+        "-",
+        "-o",
+        "/dev/null",
+        "-X",
+        "POST",
+        &server.url("/hello.txt"),
+    ]);
+    let head = text(&out.stdout);
+    assert!(head.starts_with("HTTP/2 405"), "{head}");
+    assert!(head.contains("allow: GET, HEAD\r\n"), "{head}");
+    // No connection-specific field in any h2 response (RFC 9113 §8.2.2).
+    assert!(!head.contains("connection:"), "{head}");
+}
+
+#[test]
+fn many_parallel_downloads_share_one_connection() {
+    let server = Server::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let sizes = [1usize, 2048, 2049, 16384, 16385, 1 << 20];
+    let mut args: Vec<String> = vec![
+        "--parallel".into(),
+        "--parallel-max".into(),
+        "60".into(),
+        "-w".into(),
+        "%{http_version} %{http_code}\\n".into(),
+    ];
+    for i in 0..60 {
+        let s = sizes[i % sizes.len()];
+        args.push(server.url(&format!("/f{s}.bin")));
+        args.push("-o".into());
+        args.push(dir.path().join(format!("{i}")).display().to_string());
+    }
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = h2(&server, &argv);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report = text(&out.stdout);
+    assert_eq!(
+        report.lines().filter(|l| *l == "2 200").count(),
+        60,
+        "{report}"
+    );
+    for i in 0..60 {
+        let s = sizes[i % sizes.len()];
+        let got = std::fs::read(dir.path().join(format!("{i}"))).unwrap();
+        assert!(
+            got == std::fs::read(file_path(s)).unwrap(),
+            "download {i} (f{s}.bin) differs"
+        );
+    }
+    // Multiplexed: far fewer connections than downloads.
+    server.stop_and_check_path(1);
+}
+
+#[test]
+fn h2load_runs_hundreds_of_streams_in_flight_without_a_failure() {
+    let server = Server::start(&[]);
+    let out = tool("h2load")
+        .args(["-n", "2000", "-c", "2", "-m", "100", "-t", "1"])
+        .arg(server.url("/f2048.bin"))
+        .output()
+        .expect("run h2load (tests/install-packages.sh installs nghttp2-client)");
+    let report = text(&out.stdout);
+    assert!(out.status.success(), "{report}\n{}", text(&out.stderr));
+    assert!(report.contains("Application protocol: h2"), "{report}");
+    assert!(
+        report.contains(
+            "requests: 2000 total, 2000 started, 2000 done, 2000 succeeded, 0 failed, 0 errored"
+        ),
+        "{report}"
+    );
+    assert!(report.contains("status codes: 2000 2xx"), "{report}");
+    server.stop_and_check_path(2);
+}
+
+#[test]
+fn the_conformance_suite_passes_every_case() {
+    let server = Server::start(&[]);
+    let size = 1 << 20;
+    let body = std::fs::read(file_path(size)).unwrap();
+    common::h2::conformance(
+        server.port,
+        "localhost",
+        &server.ca(),
+        common::h2::Body {
+            path: &format!("/f{size}.bin"),
+            size,
+            sha256: &sha256(&body),
+        },
+        &[],
+    );
+    server.stop_and_check_path(100);
+}
