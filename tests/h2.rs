@@ -207,3 +207,72 @@ fn the_conformance_suite_passes_every_case() {
     );
     server.stop_and_check_path(100);
 }
+
+/// h2load with every request on the wire at once (`-n` = `-c` × `-m`: it
+/// opens no stream after the first ones), signalled once a tenth of them
+/// are done: the drain must let each stream in flight finish.
+fn h2load_across(server: &mut Server, signal: rustix::process::Signal) -> String {
+    use std::io::{BufRead, BufReader};
+    let mut h2load = tool("h2load")
+        .args(["-n", "100", "-c", "1", "-m", "100", "-t", "1"])
+        .arg(server.url(&format!("/f{}.bin", 1 << 20)))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run h2load (tests/install-packages.sh installs nghttp2-client)");
+    let mut out = BufReader::new(h2load.stdout.take().unwrap());
+    let mut report = String::new();
+    let mut signalled = false;
+    let mut line = String::new();
+    // Its lines come as it goes; the pipe ends when it exits.
+    while out.read_line(&mut line).unwrap() > 0 {
+        if !signalled && line.starts_with("progress: 10% done") {
+            server.signal(signal);
+            signalled = true;
+        }
+        report.push_str(&line);
+        line.clear();
+    }
+    let status = h2load.wait().unwrap();
+    assert!(signalled, "h2load never reported 10% done:\n{report}");
+    assert!(status.success(), "{report}");
+    assert!(
+        report.contains("requests: 100 total, 100 started, 100 done, 100 succeeded, 0 failed"),
+        "{signal:?}: streams were lost:\n{report}"
+    );
+    report
+}
+
+#[test]
+fn reload_upgrade_and_sigterm_let_every_stream_in_flight_finish() {
+    use rustix::process::Signal;
+    let _serial = common::serial();
+    // Reload: the connection goes on as it was.
+    let mut server = Server::start(&[]);
+    h2load_across(&mut server, Signal::HUP);
+    server.wait_for_output("reloaded ", 1);
+    // SIGTERM: GOAWAY, every stream finished, then the exit.
+    h2load_across(&mut server, Signal::TERM);
+    let status = server.wait_exit(WAIT);
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}\n{}",
+        server.output()
+    );
+    // Upgrade: the old process finishes the streams it took, the new one
+    // takes what comes next.
+    let mut server = Server::start(&[]);
+    h2load_across(&mut server, Signal::USR2);
+    let out = server.wait_for_output("upgraded: new process", 1);
+    let status = server.wait_exit(WAIT);
+    assert!(status.is_some_and(|s| s.success()), "{status:?}\n{out}");
+    let got = server.status("/hello.txt", &["--http2"]);
+    assert_eq!(got, "200", "the new process serves h2");
+    let new: u32 = out
+        .split("upgraded: new process ")
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in: {out}"));
+    let pid = rustix::process::Pid::from_raw(new as i32).unwrap();
+    rustix::process::kill_process(pid, Signal::TERM).unwrap();
+}

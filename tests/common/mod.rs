@@ -527,12 +527,14 @@ impl Server {
         self.data.path().join("tlsfront/cert.pem")
     }
 
-    /// curl with our CA and `args`.
+    /// curl with our CA and `args`, over HTTP/1.1 unless `args` say
+    /// `--http2` (a later flag wins): the suites written for HTTP/1.1 keep
+    /// testing it, while static sites offer h2 first (tests/h2.rs).
     pub fn curl(&self, args: &[&str]) -> Output {
         let mut c = tool("curl");
         c.arg("--cacert")
             .arg(self.ca())
-            .args(["-sS", "--max-time", "120"])
+            .args(["-sS", "--http1.1", "--max-time", "120"])
             .args(args);
         c.output()
             .expect("run curl (tests/install-packages.sh installs it)")

@@ -73,6 +73,7 @@ pub(super) trait Respond {
 
 /// A response done or abandoned, for the accounting.
 pub(super) struct Finished<A> {
+    pub id: u32,
     pub acct: A,
     pub status: u16,
     /// Body bytes queued.
@@ -132,6 +133,8 @@ struct Block {
 /// The payload of one DATA frame to come from a file, after the bytes of
 /// the same write.
 pub(super) struct FilePart {
+    /// The stream whose DATA it is.
+    pub stream: u32,
     pub file: Arc<File>,
     pub off: u64,
     pub len: u64,
@@ -240,6 +243,15 @@ impl<A> Conn<A> {
         self.closing.is_none() && self.queued.len() < QUEUED_MAX
     }
 
+    /// The accounting of stream `id`, open or finished but not yet taken.
+    pub fn acct(&self, id: u32) -> Option<&A> {
+        self.streams
+            .iter()
+            .find(|s| s.id == id)
+            .map(|s| &s.acct)
+            .or_else(|| self.finished.iter().find(|f| f.id == id).map(|f| &f.acct))
+    }
+
     /// Streams being answered.
     pub fn open_streams(&self) -> usize {
         self.streams.len()
@@ -299,6 +311,7 @@ impl<A> Conn<A> {
     fn abandon_all(&mut self) {
         for s in self.streams.drain(..) {
             self.finished.push(Finished {
+                id: s.id,
                 acct: s.acct,
                 status: s.status,
                 body: s.sent_body,
@@ -402,6 +415,7 @@ impl<A> Conn<A> {
         if let Some(i) = self.streams.iter().position(|s| s.id == id) {
             let s = self.streams.remove(i);
             self.finished.push(Finished {
+                id: s.id,
                 acct: s.acct,
                 status: s.status,
                 body: s.sent_body,
@@ -525,7 +539,13 @@ impl<A> Conn<A> {
                 Ok(())
             }
             Frame::GoAway { .. } => {
+                // The client opens no more streams: those in flight finish,
+                // then our own GOAWAY precedes the close (§6.8).
                 self.peer_goaway = true;
+                if !matches!(self.drain, Drain::Final(_)) {
+                    frame::put_goaway(&mut self.queued, self.max_seen, ErrorCode::NoError, b"");
+                    self.drain = Drain::Final(self.max_seen);
+                }
                 Ok(())
             }
             Frame::WindowUpdate { stream, increment } => {
@@ -867,7 +887,7 @@ impl<A> Conn<A> {
     /// bodies read into it. A larger file's frame ends the write: its
     /// header is the last bytes of `out`, its payload the returned part,
     /// sized so that the header and the payload fill one record.
-    pub fn fill(&mut self, out: &mut Vec<u8>) -> std::io::Result<Option<FilePart>> {
+    pub fn fill(&mut self, out: &mut Vec<u8>) -> Result<Option<FilePart>, (u32, std::io::Error)> {
         out.append(&mut self.queued);
         loop {
             let used = out.len() % RECORD;
@@ -904,11 +924,12 @@ impl<A> Conn<A> {
                             std::os::unix::fs::FileExt::read_exact_at(&**file, &mut out[at..], *off)
                         {
                             out.truncate(at - HEADER_LEN);
-                            return Err(e);
+                            return Err((id, e));
                         }
                     } else {
                         out.extend_from_slice(&frame::data_head(p as u32, id, end));
                         file_part = Some(FilePart {
+                            stream: id,
                             file: file.clone(),
                             off: *off,
                             len: p,

@@ -300,9 +300,12 @@ async fn drive<T: Transport>(
                 w.pos = 0;
                 match conn.fill(&mut w.buf) {
                     Ok(f) => w.file = f,
-                    Err(e) => {
-                        account(cx, conn, path);
-                        return End::Abort(e.into());
+                    Err((stream, e)) => {
+                        let e = match e.kind() {
+                            std::io::ErrorKind::UnexpectedEof => TransportError::FileShrank,
+                            _ => TransportError::Io(e),
+                        };
+                        return shrank(cx, conn, stream, e);
                     }
                 }
             }
@@ -313,10 +316,8 @@ async fn drive<T: Transport>(
                     break;
                 }
                 Err(e) => {
-                    if matches!(e, TransportError::FileShrank) {
-                        cx.files.handler.shrank(None);
-                    }
-                    return End::Abort(e);
+                    let stream = w.file.as_ref().map_or(0, |f| f.stream);
+                    return shrank(cx, conn, stream, e);
                 }
             }
         }
@@ -381,6 +382,19 @@ async fn drive<T: Transport>(
     }
 }
 
+/// The connection ends on `e`; a file that shrank under stream `stream`
+/// is named in a warning by the site that answered it.
+fn shrank(cx: &Ctx<'_>, conn: &Conn<Acct>, stream: u32, e: TransportError) -> End {
+    if matches!(e, TransportError::FileShrank) {
+        if let Some(acct) = conn.acct(stream) {
+            let there = acct.elsewhere.as_ref().and_then(|e| e.ctx(cx.front));
+            let acx = there.as_ref().unwrap_or(cx);
+            acx.files.handler.shrank(acct.path.as_ref());
+        }
+    }
+    End::Abort(e)
+}
+
 /// Go on with the write in progress: `Ok(true)` when it made progress,
 /// `Ok(false)` when the socket takes nothing now.
 async fn write_some<T: Transport>(t: &mut T, w: &mut Write) -> Result<bool, TransportError> {
@@ -428,6 +442,5 @@ fn account(cx: &Ctx<'_>, conn: &mut Conn<Acct>, path: crate::transport::Path) {
             acct.started.elapsed(),
             f.complete,
         );
-        let _ = &acct.path;
     }
 }
