@@ -127,9 +127,10 @@ pub(crate) trait Transport {
     /// process (user-space TLS's queue): the session is not done writing.
     fn pending(&self) -> bool;
 
-    /// Wait until reading may make progress or, with `write`, writing may
-    /// (or held bytes may be pushed out).
-    async fn ready(&mut self, write: bool) -> Result<(), TransportError>;
+    /// Wait until, with `read`, reading may make progress or, with
+    /// `write`, writing may (or held bytes may be pushed out); with
+    /// neither, forever.
+    async fn ready(&mut self, read: bool, write: bool) -> Result<(), TransportError>;
 
     /// Drop buffers that an idle connection does not need.
     fn release_buffers(&mut self);
@@ -205,8 +206,8 @@ impl<T: Transport> Transport for Box<T> {
         (**self).pending()
     }
 
-    async fn ready(&mut self, write: bool) -> Result<(), TransportError> {
-        (**self).ready(write).await
+    async fn ready(&mut self, read: bool, write: bool) -> Result<(), TransportError> {
+        (**self).ready(read, write).await
     }
 
     fn release_buffers(&mut self) {

@@ -624,3 +624,33 @@ fn a_full_disk_leaves_only_whole_lines() {
     assert!(status.success());
     drop(disk);
 }
+
+#[test]
+fn http2_requests_are_logged_as_nginx_logs_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let server = Server::start(&["--access-log", log.to_str().unwrap()]);
+    let out = server.curl(&[
+        "--http2",
+        "-o",
+        "/dev/null",
+        "-A",
+        "agent 2",
+        "-e",
+        "https://referer.test/h2",
+        &server.url("/hello.txt?q=2"),
+        "-o",
+        "/dev/null",
+        &server.url("/nope"),
+    ]);
+    assert!(out.status.success());
+    let l = wait_lines(&log, 2);
+    let f: Vec<Vec<String>> = l.iter().map(|line| combined_fields(line)).collect();
+    // nginx writes `$request` of an HTTP/2 request with "HTTP/2.0".
+    assert_eq!(f[0][2], "GET /hello.txt?q=2 HTTP/2.0", "{l:?}");
+    assert_eq!((f[0][3].as_str(), f[0][4].as_str()), ("200", "12"));
+    assert_eq!(f[0][5], "https://referer.test/h2");
+    assert_eq!(f[0][6], "agent 2");
+    assert_eq!(f[1][2], "GET /nope HTTP/2.0", "{l:?}");
+    assert_eq!(f[1][3], "404");
+}

@@ -776,14 +776,12 @@ impl Transport for KtlsStream {
         false
     }
 
-    async fn ready(&mut self, write: bool) -> Result<(), TransportError> {
-        if self.peer_closed && !write {
-            return std::future::pending().await;
-        }
-        let interest = match (write, self.peer_closed) {
-            (true, true) => Interest::WRITABLE,
-            (true, false) => Interest::READABLE | Interest::WRITABLE,
-            (false, _) => Interest::READABLE,
+    async fn ready(&mut self, read: bool, write: bool) -> Result<(), TransportError> {
+        let interest = match (read && !self.peer_closed, write) {
+            (true, true) => Interest::READABLE | Interest::WRITABLE,
+            (true, false) => Interest::READABLE,
+            (false, true) => Interest::WRITABLE,
+            (false, false) => return std::future::pending().await,
         };
         self.sock.ready(interest).await?;
         Ok(())

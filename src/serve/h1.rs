@@ -531,7 +531,7 @@ mod tests {
         fn pending(&self) -> bool {
             false
         }
-        async fn ready(&mut self, _: bool) -> Result<(), TransportError> {
+        async fn ready(&mut self, _: bool, _: bool) -> Result<(), TransportError> {
             Ok(())
         }
         fn release_buffers(&mut self) {}

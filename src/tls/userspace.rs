@@ -598,20 +598,17 @@ impl Transport for UserTls {
         !self.out.is_empty() || !self.corked.is_empty()
     }
 
-    async fn ready(&mut self, write: bool) -> Result<(), TransportError> {
-        if self.plain_pos < self.plain.len() {
-            return Ok(());
-        }
+    async fn ready(&mut self, read: bool, write: bool) -> Result<(), TransportError> {
         let flush = !self.out.is_empty();
-        if write && !flush {
-            // Encrypting into memory can go on now.
+        if read && self.plain_pos < self.plain.len() || write && !flush {
+            // Decrypted bytes wait, or encrypting into memory can go on.
             return Ok(());
         }
-        let interest = match (write, self.peer_closed) {
-            (false, true) => return std::future::pending().await,
-            (true, true) => Interest::WRITABLE,
-            (true, false) => Interest::READABLE | Interest::WRITABLE,
-            (false, false) => Interest::READABLE,
+        let interest = match (read && !self.peer_closed, write) {
+            (true, true) => Interest::READABLE | Interest::WRITABLE,
+            (true, false) => Interest::READABLE,
+            (false, true) => Interest::WRITABLE,
+            (false, false) => return std::future::pending().await,
         };
         self.sock.ready(interest).await?;
         Ok(())

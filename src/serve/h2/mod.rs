@@ -32,6 +32,8 @@ use tokio::time::Instant;
 
 /// How long to keep reading after our close_notify.
 const LINGER: Duration = Duration::from_secs(2);
+/// How long a connection with nothing in flight keeps its buffers.
+const IDLE_GRACE: Duration = Duration::from_millis(50);
 /// How long a drain waits for the ACK of its PING before the last GOAWAY.
 const DRAIN_ACK: Duration = Duration::from_secs(1);
 /// Streams a client may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS,
@@ -262,6 +264,7 @@ async fn drive<T: Transport>(
     let mut peer_closed = false;
     let mut stopping = false;
     let mut drain_at: Option<Instant> = None;
+    let mut released = false;
     let mut last_read = Instant::now();
     let mut last_write = Instant::now();
     let path = t.path();
@@ -270,6 +273,10 @@ async fn drive<T: Transport>(
         while conn.wants_input() && !peer_closed {
             if inbuf.is_empty() {
                 inbuf = vec![0; IN_BUF];
+            } else if filled == inbuf.len() {
+                // Whole frames are taken as they come: a full buffer
+                // waits for output to drain.
+                break;
             }
             match t.read_now(&mut inbuf[filled..]).await {
                 Ok(None) => break,
@@ -283,10 +290,6 @@ async fn drive<T: Transport>(
             let used = conn.recv(&inbuf[..filled], &mut site);
             inbuf.copy_within(used..filled, 0);
             filled -= used;
-        }
-        if filled == 0 && conn.open_streams() == 0 {
-            // Between requests an idle connection holds no buffers.
-            inbuf = Vec::new();
         }
         // Write what can go.
         let mut want_write = false;
@@ -353,21 +356,38 @@ async fn drive<T: Transport>(
             now + keepalive
         };
         let deadline = drain_at.map_or(deadline, |d| d.min(deadline));
-        let wait = timeout_at(deadline, async {
+        // A connection with nothing in flight keeps its buffers for a
+        // moment (the next request usually follows at once), then holds
+        // none while it idles.
+        let idle = filled == 0 && conn.open_streams() == 0 && !want_write;
+        let grace = idle && !released;
+        let wake = if grace {
+            deadline.min(Instant::now() + IDLE_GRACE)
+        } else {
+            deadline
+        };
+        let read = conn.wants_input() && !peer_closed;
+        let wait = timeout_at(wake, async {
             tokio::select! {
-                r = t.ready(want_write) => r.map(|()| false),
+                r = t.ready(read, want_write) => r.map(|()| false),
                 _ = stop.changed(), if !stopping => Ok(true),
             }
         })
         .await;
         match wait {
-            Ok(Ok(false)) => {}
+            Ok(Ok(false)) => released = false,
             Ok(Ok(true)) => {
                 stopping = true;
                 conn.drain();
                 drain_at = Some(Instant::now() + DRAIN_ACK);
             }
             Ok(Err(e)) => return End::Abort(e),
+            Err(_) if grace && wake < deadline => {
+                inbuf = Vec::new();
+                t.release_buffers();
+                released = true;
+                continue;
+            }
             Err(_) => {
                 if drain_at.is_some_and(|d| Instant::now() >= d) {
                     drain_at = None;
