@@ -5,6 +5,7 @@
 use super::huffman;
 use super::table::{entry_size, DynamicTable, STATIC};
 use super::DecodeError;
+use std::sync::Arc;
 
 /// Whether every field of a block was emitted.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
@@ -42,8 +43,9 @@ impl Decoder {
     /// the dynamic table stays in step with the peer's; the result says so.
     ///
     /// Memory: Huffman-coded strings decode into two scratch buffers that
-    /// live for this call, each at most 8/5 of the block; an entry being
-    /// added is one allocation of at most the table size.
+    /// live for this call, each at most 8/5 of the block; the bytes copied
+    /// into new entries are at most the block's strings (names taken from
+    /// the dynamic table are shared), and the table holds at most its size.
     pub fn decode(
         &mut self,
         block: &[u8],
@@ -86,28 +88,40 @@ impl Decoder {
                 // intermediaries that re-encode.
                 let indexing = first & 0xc0 == 0x40;
                 let index = r.integer(if indexing { 6 } else { 4 })?;
-                let name = match index {
-                    0 => r.string(&mut name_buf)?,
-                    i => self.field(i)?.0,
-                };
-                let value = r.string(&mut value_buf)?;
                 if !indexing {
+                    let name = match index {
+                        0 => r.string(&mut name_buf)?,
+                        i => self.field(i)?.0,
+                    };
+                    let value = r.string(&mut value_buf)?;
                     out(name, value);
-                } else if self.table.fits(entry_size(name, value)) {
-                    // Copied before the table changes: the name may be an
-                    // entry that adding this one evicts.
-                    let mut field = Vec::with_capacity(name.len() + value.len());
-                    field.extend_from_slice(name);
-                    field.extend_from_slice(value);
-                    let name_len = name.len();
-                    let (n, v) = field.split_at(name_len);
-                    out(n, v);
-                    self.table.insert(field.into_boxed_slice(), name_len);
                 } else {
-                    // Larger than the whole table: it empties the table and
-                    // is not added (§4.4).
+                    // A name from the dynamic table is shared, not copied
+                    // (see `table::Entry`); it also outlives the eviction
+                    // that adding this entry may make of the one it names.
+                    let shared = match index {
+                        i if i > STATIC.len() => Some(
+                            self.table
+                                .name(i - STATIC.len() - 1)
+                                .ok_or(DecodeError::BadIndex)?,
+                        ),
+                        _ => None,
+                    };
+                    let name = match (&shared, index) {
+                        (Some(name), _) => &name[..],
+                        (None, 0) => r.string(&mut name_buf)?,
+                        (None, i) => STATIC[i - 1].0,
+                    };
+                    let value = r.string(&mut value_buf)?;
                     out(name, value);
-                    self.table.clear();
+                    if self.table.fits(entry_size(name, value)) {
+                        let name = shared.clone().unwrap_or_else(|| Arc::from(name));
+                        self.table.insert(name, value.into());
+                    } else {
+                        // Larger than the whole table: it empties the table
+                        // and is not added (§4.4).
+                        self.table.clear();
+                    }
                 }
             }
             field_seen = true;
@@ -575,6 +589,22 @@ mod tests {
         let got = decode_ok(&mut d, &hex("7e0179"));
         assert_eq!(got, fields(&[("a", "y")]));
         assert_eq!(table(&d), (fields(&[("a", "y")]), 34));
+    }
+
+    #[test]
+    fn names_from_the_dynamic_table_are_shared() {
+        let mut d = Decoder::new(4096);
+        decode_ok(&mut d, &hex("4001610162"));
+        // Three entries named by index 62 (each then the newest).
+        decode_ok(&mut d, &hex("7e0163 7e0164 7e0165"));
+        assert_eq!(
+            table(&d).0,
+            fields(&[("a", "e"), ("a", "d"), ("a", "c"), ("a", "b")])
+        );
+        let first = d.table.name(3).unwrap();
+        for i in 0..3 {
+            assert!(Arc::ptr_eq(&d.table.name(i).unwrap(), &first));
+        }
     }
 
     #[test]

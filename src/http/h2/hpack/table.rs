@@ -2,6 +2,7 @@
 //! decoder's dynamic table with its size accounting and eviction.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// RFC 7541 Appendix A: index 1 is `STATIC[0]`.
 pub(super) const STATIC: [(&[u8], &[u8]); 61] = [
@@ -74,21 +75,19 @@ pub(super) fn entry_size(name: &[u8], value: &[u8]) -> usize {
     32 + name.len() + value.len()
 }
 
-/// One dynamic table entry: name and value in one allocation.
+/// One dynamic table entry. The name is shared: an entry added with an
+/// indexed name (the common case: `:authority`, `cookie`, ...) points at
+/// the same bytes instead of copying them, so a block of two-byte
+/// representations that each re-add a large entry's name costs no copy of
+/// that name; what is copied is only what the block itself carries.
 struct Entry {
-    field: Box<[u8]>,
-    name_len: usize,
+    name: Arc<[u8]>,
+    value: Box<[u8]>,
 }
 
 impl Entry {
-    fn name(&self) -> &[u8] {
-        &self.field[..self.name_len]
-    }
-    fn value(&self) -> &[u8] {
-        &self.field[self.name_len..]
-    }
     fn size(&self) -> usize {
-        32 + self.field.len()
+        entry_size(&self.name, &self.value)
     }
 }
 
@@ -116,7 +115,12 @@ impl DynamicTable {
 
     /// Entry `i`, 0 being the newest (HPACK index 62).
     pub(super) fn get(&self, i: usize) -> Option<(&[u8], &[u8])> {
-        self.entries.get(i).map(|e| (e.name(), e.value()))
+        self.entries.get(i).map(|e| (&e.name[..], &e.value[..]))
+    }
+
+    /// Entry `i`'s name, shared, for a new entry that names it.
+    pub(super) fn name(&self, i: usize) -> Option<Arc<[u8]>> {
+        self.entries.get(i).map(|e| Arc::clone(&e.name))
     }
 
     #[cfg(test)]
@@ -141,11 +145,10 @@ impl DynamicTable {
         self.size = 0;
     }
 
-    /// Adds `field` (the name's `name_len` bytes, then the value) as the
-    /// newest entry, evicting the oldest ones to make room (§4.4). The
-    /// caller checked `fits`.
-    pub(super) fn insert(&mut self, field: Box<[u8]>, name_len: usize) {
-        let entry = Entry { field, name_len };
+    /// Adds an entry as the newest, evicting the oldest ones to make room
+    /// (§4.4). The caller checked `fits`.
+    pub(super) fn insert(&mut self, name: Arc<[u8]>, value: Box<[u8]>) {
+        let entry = Entry { name, value };
         let size = entry.size();
         debug_assert!(size <= self.max_size);
         self.evict_to(self.max_size.saturating_sub(size));
