@@ -607,6 +607,27 @@ mod tests {
         }
     }
 
+    /// The session keeps a decoder per connection in tasks that may move
+    /// between threads.
+    #[test]
+    fn decoder_is_send() {
+        fn send<T: Send + 'static>() {}
+        send::<Decoder>();
+    }
+
+    /// More than two size updates at the start of a block: RFC 7541 §4.2
+    /// sets no count, only the place.
+    #[test]
+    fn several_size_updates_at_the_start() {
+        let mut d = Decoder::new(4096);
+        decode_ok(&mut d, &hex("4001610162"));
+        assert_eq!(
+            decode_ok(&mut d, &hex("3f21 20 3fe11f 3f01 82")),
+            fields(&[(":method", "GET")])
+        );
+        assert_eq!(table(&d), (vec![], 0));
+    }
+
     #[test]
     fn huffman_errors() {
         // A literal value, Huffman-coded, of EOS then padding.

@@ -209,6 +209,9 @@ mod tests {
             [0x0f, 0x09, 0x85, 0xae, 0xc3, 0x77, 0x1a, 0x4b]
         );
         assert_eq!(enc(b"etag", b"\x00"), [0x0f, 0x13, 0x01, 0x00]);
+        // Index 15 is the prefix's all-ones value: a continuation byte of 0.
+        assert_eq!(enc(b"accept-charset", b"\x00"), [0x0f, 0x00, 0x01, 0x00]);
+        assert_eq!(enc(b"if-modified-since", b"\x00"), [0x0f, 0x19, 0x01, 0x00]);
         // Neither: literal name. The RFC's C.4.3 Huffman codings of both.
         assert_eq!(
             enc(b"custom-key", b"custom-value"),
