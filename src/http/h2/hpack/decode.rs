@@ -10,6 +10,7 @@ use std::sync::Arc;
 /// Whether every field of a block was emitted.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 pub enum Decoded {
+    /// Every field was emitted.
     Whole,
     /// The list exceeded max_list; fields past the limit were not emitted.
     TooLarge,
@@ -38,9 +39,10 @@ impl Decoder {
     /// field in order.
     ///
     /// The header list size is counted as RFC 9113 §6.5.2 does (32 plus
-    /// name plus value per field) while decoding: once it would exceed `max_list`,
-    /// no further field is emitted, but decoding goes on to the end so that
-    /// the dynamic table stays in step with the peer's; the result says so.
+    /// name plus value per field) while decoding: once it would exceed
+    /// `max_list`, no further field is emitted, but decoding goes on to the
+    /// end so that the dynamic table stays in step with the peer's; the
+    /// result says so.
     ///
     /// Memory: Huffman-coded strings decode into two scratch buffers that
     /// live for this call, each at most 8/5 of the block; the bytes copied

@@ -75,11 +75,13 @@ pub(super) fn entry_size(name: &[u8], value: &[u8]) -> usize {
     32 + name.len() + value.len()
 }
 
-/// One dynamic table entry. The name is shared: an entry added with an
-/// indexed name (the common case: `:authority`, `cookie`, ...) points at
-/// the same bytes instead of copying them, so a block of two-byte
-/// representations that each re-add a large entry's name costs no copy of
-/// that name; what is copied is only what the block itself carries.
+/// One dynamic table entry. The name is shared: an entry added with the
+/// name of a dynamic table entry points at the same bytes instead of
+/// copying them, so a block of two-byte representations that each re-add a
+/// large entry's name costs no copy of that name; what is copied is only
+/// what the block itself carries (and static table names, which are short).
+/// Each entry still counts its name in full, so the bytes held are at most
+/// the size accounted.
 struct Entry {
     name: Arc<[u8]>,
     value: Box<[u8]>,
