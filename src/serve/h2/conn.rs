@@ -128,6 +128,8 @@ struct Block {
     stream: u32,
     end_stream: bool,
     bytes: Vec<u8>,
+    /// Of a stream already refused: decoded only to keep HPACK in step.
+    discard: bool,
 }
 
 /// The payload of one DATA frame to come from a file, after the bytes of
@@ -350,10 +352,32 @@ impl<A> Conn<A> {
                 break;
             }
             used += total;
-            let result =
-                frame::decode(&head, &rest[HEADER_LEN..total]).and_then(|f| self.on_frame(f, r));
-            if let Err(e) = result {
-                self.frame_error(e);
+            let payload = &rest[HEADER_LEN..total];
+            match frame::decode(&head, payload) {
+                Ok(f) => {
+                    if let Err(e) = self.on_frame(f, r) {
+                        self.frame_error(e);
+                    }
+                }
+                Err(e) => {
+                    // A HEADERS refused for its stream alone still carries
+                    // a block the client's encoder counted (§4.3).
+                    if let (FrameError::Stream(id, ..), Some(block)) =
+                        (e, frame::headers_block(&head, payload))
+                    {
+                        if head.flags & frame::FLAG_END_HEADERS != 0 {
+                            self.discard_block(block);
+                        } else if self.block.is_none() {
+                            self.block = Some(Block {
+                                stream: id,
+                                end_stream: false,
+                                bytes: block.to_vec(),
+                                discard: true,
+                            });
+                        }
+                    }
+                    self.frame_error(e);
+                }
             }
         }
         if self.closing.is_some() {
@@ -469,6 +493,7 @@ impl<A> Conn<A> {
                         stream,
                         end_stream,
                         bytes: block.to_vec(),
+                        discard: false,
                     });
                     self.check_block()
                 }
@@ -490,6 +515,10 @@ impl<A> Conn<A> {
                     let Some(b) = self.block.take() else {
                         return Ok(());
                     };
+                    if b.discard {
+                        self.discard_block(&b.bytes);
+                        return Ok(());
+                    }
                     self.on_block(stream, b.end_stream, &b.bytes, r)
                 } else {
                     Ok(())
@@ -697,6 +726,17 @@ impl<A> Conn<A> {
             }
         }
         Ok(())
+    }
+
+    /// Decode a refused stream's block for the table alone.
+    fn discard_block(&mut self, block: &[u8]) {
+        if self
+            .decoder
+            .decode(block, self.limits.header_list, &mut |_, _| {})
+            .is_err()
+        {
+            self.fail(ErrorCode::CompressionError, "HPACK");
+        }
     }
 
     /// A whole header block for `id`.
@@ -1176,6 +1216,39 @@ mod tests {
             let out = frames(&drive(&mut c));
             assert_eq!(out.last().unwrap().0, 7, "{out:?}");
         }
+    }
+
+    #[test]
+    fn a_stream_refused_by_its_frame_still_feeds_the_hpack_table() {
+        let mut c = Conn::new(limits());
+        let mut p = Pages {
+            body: "x".into(),
+            seen: vec![],
+        };
+        let mut input = client_start();
+        // HEADERS of stream 1 depending on itself (a stream error) whose
+        // block adds "x-a: 1" to the dynamic table.
+        let mut block = vec![0x40, 3, b'x', b'-', b'a', 1, b'1'];
+        let mut get1 = Vec::new();
+        Encoder::field(&mut get1, b":method", b"GET");
+        block.extend_from_slice(&get1);
+        let mut payload = 1u32.to_be_bytes().to_vec();
+        payload.push(15);
+        payload.extend_from_slice(&block);
+        frame::put_head(&mut input, payload.len() as u32, frame::HEADERS, 0x25, 1);
+        input.extend_from_slice(&payload);
+        // Stream 3 names that entry by its index (62): it must decode.
+        let mut b3 = Vec::new();
+        Encoder::field(&mut b3, b":method", b"GET");
+        Encoder::field(&mut b3, b":scheme", b"https");
+        Encoder::field(&mut b3, b":path", b"/three");
+        b3.push(0xbe);
+        frame::put_headers(&mut input, 3, &b3, true, 16384);
+        c.recv(&input, &mut p);
+        assert_eq!(c.closing(), None);
+        assert_eq!(p.seen, ["/three"]);
+        let out = frames(&drive(&mut c));
+        assert!(out.contains(&(3, 0, 1, 4)), "{out:?}");
     }
 
     #[test]
