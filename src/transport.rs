@@ -29,6 +29,19 @@ pub(crate) fn try_read_drained(sock: &TcpStream, buf: &mut [u8]) -> io::Result<u
     Ok(n)
 }
 
+/// Wait until `sock` is readable (with `read`) or writable (with
+/// `write`); with neither, forever.
+pub(crate) async fn ready(sock: &TcpStream, read: bool, write: bool) -> Result<(), TransportError> {
+    let interest = match (read, write) {
+        (true, true) => Interest::READABLE | Interest::WRITABLE,
+        (true, false) => Interest::READABLE,
+        (false, true) => Interest::WRITABLE,
+        (false, false) => return std::future::pending().await,
+    };
+    sock.ready(interest).await?;
+    Ok(())
+}
+
 /// Which data path a connection took.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {

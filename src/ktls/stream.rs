@@ -626,19 +626,11 @@ impl Transport for KtlsStream {
     }
 
     async fn write_all(&mut self, mut data: &[u8], more: bool) -> Result<(), TransportError> {
-        use rustix::net::SendFlags;
-        let mut flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
-        if more {
-            flags |= SendFlags::MORE;
-        }
         while !data.is_empty() {
-            self.reserve_tx(records_for(data.len() as u64)).await?;
             // Tried first: a wait (and its timeout) only when there is no room.
-            match self.sock.try_io(Interest::WRITABLE, || {
-                rustix::net::send(self.sock.as_fd(), data, flags).map_err(io::Error::from)
-            }) {
-                Ok(n) => {
-                    self.tx_records += records_for(n as u64);
+            match self.write_now(data, more).await? {
+                0 => self.writable().await?,
+                n => {
                     data = &data[n..];
                     // A client that keeps up never makes us wait: give the
                     // worker's other connections their turn now and then
@@ -648,8 +640,6 @@ impl Transport for KtlsStream {
                         tokio::task::coop::consume_budget().await;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.writable().await?,
-                Err(e) => return Err(e.into()),
             }
         }
         Ok(())
@@ -663,28 +653,14 @@ impl Transport for KtlsStream {
     ) -> Result<(), TransportError> {
         let end = offset + len;
         while offset < end {
-            // Room for at least two records under the current key (a
-            // rekey if need be), and no more in this call than the key may
-            // still protect: each call may end a record early (hence the
-            // extra one counted).
-            self.reserve_tx(2).await?;
-            let chunk = sendfile_chunk(end - offset, self.limit - self.tx_records);
-            let mut off = offset;
-            match self.sock.try_io(Interest::WRITABLE, || {
-                rustix::fs::sendfile(self.sock.as_fd(), file.as_fd(), Some(&mut off), chunk)
-                    .map_err(io::Error::from)
-            }) {
-                Ok(0) => return Err(TransportError::FileShrank),
-                Ok(n) => {
-                    // A partial send may close a record early: count one more.
-                    self.tx_records += records_for(n as u64) + 1;
+            match self.send_file_now(file, offset, end - offset).await? {
+                0 => self.writable().await?,
+                n => {
                     offset += n as u64;
                     if offset < end {
                         tokio::task::coop::consume_budget().await;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.writable().await?,
-                Err(e) => return Err(e.into()),
             }
         }
         Ok(())
@@ -755,6 +731,10 @@ impl Transport for KtlsStream {
         if len == 0 {
             return Ok(0);
         }
+        // Room for at least two records under the current key (a rekey if
+        // need be), and no more in this call than the key may still
+        // protect: each call may end a record early (hence the extra one
+        // counted).
         self.reserve_tx(2).await?;
         let chunk = sendfile_chunk(len, self.limit - self.tx_records);
         let mut off = offset;
@@ -764,6 +744,7 @@ impl Transport for KtlsStream {
         }) {
             Ok(0) => Err(TransportError::FileShrank),
             Ok(n) => {
+                // A partial send may close a record early: count one more.
                 self.tx_records += records_for(n as u64) + 1;
                 Ok(n)
             }
@@ -777,14 +758,7 @@ impl Transport for KtlsStream {
     }
 
     async fn ready(&mut self, read: bool, write: bool) -> Result<(), TransportError> {
-        let interest = match (read && !self.peer_closed, write) {
-            (true, true) => Interest::READABLE | Interest::WRITABLE,
-            (true, false) => Interest::READABLE,
-            (false, true) => Interest::WRITABLE,
-            (false, false) => return std::future::pending().await,
-        };
-        self.sock.ready(interest).await?;
-        Ok(())
+        crate::transport::ready(&self.sock, read && !self.peer_closed, write).await
     }
 
     fn release_buffers(&mut self) {}

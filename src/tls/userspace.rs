@@ -22,7 +22,6 @@ use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
-use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 /// Plaintext per write when sending a file: 8 full records.
@@ -367,6 +366,31 @@ impl UserTls {
         }
     }
 
+    /// Read up to `want` bytes of `file` at `offset` and encrypt them, after
+    /// the corked head (a response head, a frame header), so that both
+    /// share a record; how many file bytes went.
+    fn encrypt_file(
+        &mut self,
+        file: &File,
+        offset: u64,
+        want: usize,
+    ) -> Result<usize, TransportError> {
+        let head = self.corked.len();
+        STAGING.with_borrow_mut(|staging| {
+            if staging.len() < head + want {
+                staging.resize(FILE_CHUNK.max(head + want), 0);
+            }
+            staging[..head].copy_from_slice(&self.corked);
+            let n = file.read_at(&mut staging[head..head + want], offset)?;
+            if n == 0 {
+                return Err(TransportError::FileShrank);
+            }
+            self.corked.clear();
+            self.step(Want::Encrypt(&staging[..head + n]))?;
+            Ok(n)
+        })
+    }
+
     fn take_plain(&mut self, buf: &mut [u8]) -> usize {
         let avail = self.plaintext();
         let n = avail.len().min(buf.len());
@@ -474,19 +498,7 @@ impl Transport for UserTls {
             let total = end - offset + head as u64;
             let room = (full && total > MIN_CHUNK as u64).then(|| self.send_room());
             let want = chunk_size(total, room).saturating_sub(head).max(1);
-            let n = STAGING.with_borrow_mut(|staging| {
-                if staging.len() < head + want {
-                    staging.resize(FILE_CHUNK.max(head + want), 0);
-                }
-                staging[..head].copy_from_slice(&self.corked);
-                let n = file.read_at(&mut staging[head..head + want], offset)?;
-                if n == 0 {
-                    return Err(TransportError::FileShrank);
-                }
-                self.corked.clear();
-                self.step(Want::Encrypt(&staging[..head + n]))?;
-                Ok(n)
-            })?;
+            let n = self.encrypt_file(file, offset, want)?;
             offset += n as u64;
             full = self.flush_waiting().await?;
         }
@@ -574,22 +586,7 @@ impl Transport for UserTls {
         if len == 0 || self.out.len() >= OUT_HIGH {
             return Ok(0);
         }
-        // The corked bytes (a frame's header) go first, in the same record.
-        let head = self.corked.len();
-        let want = (len.min(FILE_CHUNK as u64) as usize).max(1);
-        let n = STAGING.with_borrow_mut(|staging| {
-            if staging.len() < head + want {
-                staging.resize(FILE_CHUNK.max(head + want), 0);
-            }
-            staging[..head].copy_from_slice(&self.corked);
-            let n = file.read_at(&mut staging[head..head + want], offset)?;
-            if n == 0 {
-                return Err(TransportError::FileShrank);
-            }
-            self.corked.clear();
-            self.step(Want::Encrypt(&staging[..head + n]))?;
-            Ok(n)
-        })?;
+        let n = self.encrypt_file(file, offset, (len.min(FILE_CHUNK as u64) as usize).max(1))?;
         self.try_flush()?;
         Ok(n)
     }
@@ -604,14 +601,7 @@ impl Transport for UserTls {
             // Decrypted bytes wait, or encrypting into memory can go on.
             return Ok(());
         }
-        let interest = match (read && !self.peer_closed, write) {
-            (true, true) => Interest::READABLE | Interest::WRITABLE,
-            (true, false) => Interest::READABLE,
-            (false, true) => Interest::WRITABLE,
-            (false, false) => return std::future::pending().await,
-        };
-        self.sock.ready(interest).await?;
-        Ok(())
+        crate::transport::ready(&self.sock, read && !self.peer_closed, write).await
     }
 
     fn release_buffers(&mut self) {
