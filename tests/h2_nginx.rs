@@ -8,9 +8,7 @@
 mod common;
 
 use common::*;
-use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Stdio};
 
 /// Cases nginx does not pass, each with what nginx does and what the RFC
 /// says. A skip counts as not passing (nginx gives no way to run the case).
@@ -61,58 +59,18 @@ const NGINX_DIFFERS: &[(&str, &str)] = &[
 const AUTHORITY: &str = "h2.test";
 const BODY: usize = 200_000;
 
-/// nginx in the foreground, killed on drop.
-struct Nginx {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// nginx serving `root` over TLS with HTTP/2, certificate from `ca`.
-fn nginx_h2(ca: &Ca, root: &Path) -> Nginx {
+fn nginx_h2(ca: &Ca, root: &Path) -> peers::Peer {
     let (cert, key) = ca.issue("h2", &[AUTHORITY.to_string()], false);
-    let dir = tempfile::tempdir().unwrap();
-    let port = peers::free_port();
-    let d = dir.path().display();
-    let conf = format!(
-        "daemon off;\nmaster_process off;\nerror_log {d}/error.log;\npid {d}/nginx.pid;\n\
-         events {{ worker_connections 512; }}\n\
-         http {{\n  access_log off;\n  \
-         client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};\n  \
-         server {{\n    listen 127.0.0.1:{port} ssl http2;\n    server_name {AUTHORITY};\n    \
-         ssl_certificate {};\n    ssl_certificate_key {};\n    root {};\n    location / {{ }}\n  }}\n}}\n",
-        cert.display(),
-        key.display(),
-        root.display()
-    );
-    std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
-    let child = tool("nginx")
-        .arg("-p")
-        .arg(dir.path())
-        .arg("-c")
-        .arg(dir.path().join("nginx.conf"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("run nginx (tests/install-packages.sh installs it)");
-    let nginx = Nginx {
-        child,
-        port,
-        _dir: dir,
-    };
-    wait_until(WAIT, format!("nginx listening on port {port}"), || {
-        TcpStream::connect(("127.0.0.1", port))
-            .map(drop)
-            .map_err(|e| e.to_string())
-    });
-    nginx
+    peers::nginx(|port| {
+        format!(
+            "server {{\n    listen 127.0.0.1:{port} ssl http2;\n    server_name {AUTHORITY};\n    \
+             ssl_certificate {};\n    ssl_certificate_key {};\n    root {};\n    location / {{ }}\n  }}",
+            cert.display(),
+            key.display(),
+            root.display()
+        )
+    })
 }
 
 #[test]

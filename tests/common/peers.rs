@@ -122,14 +122,16 @@ impl Drop for Peer {
     }
 }
 
-/// nginx on a plain port with `listen ... proxy_protocol`, answering every
-/// request with the client address it got from the PROXY header.
-pub fn nginx_proxy_protocol() -> Peer {
+/// nginx in the foreground on a fresh port, with `server` (its block,
+/// given the port) inside a minimal `http {}`: every file it writes stays in
+/// its own temporary directory.
+pub fn nginx(server: impl FnOnce(u16) -> String) -> Peer {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let d = dir.path().display();
+    let server = server(port);
     let conf = format!(
-        "daemon off;\nmaster_process off;\nerror_log {d}/error.log;\npid {d}/nginx.pid;\nevents {{ worker_connections 64; }}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};\n  server {{\n    listen 127.0.0.1:{port} proxy_protocol;\n    location / {{ default_type text/plain; return 200 \"$proxy_protocol_addr $proxy_protocol_port\\n\"; }}\n  }}\n}}\n"
+        "daemon off;\nmaster_process off;\nerror_log {d}/error.log;\npid {d}/nginx.pid;\nevents {{ worker_connections 512; }}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};\n  {server}\n}}\n"
     );
     std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
     let child = super::tool("nginx")
@@ -141,12 +143,23 @@ pub fn nginx_proxy_protocol() -> Peer {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("run nginx (tests/install-packages.sh installs it)");
-    wait_for_port(port);
-    Peer {
+    let peer = Peer {
         child,
         port,
         _dir: dir,
-    }
+    };
+    wait_for_port(port);
+    peer
+}
+
+/// nginx on a plain port with `listen ... proxy_protocol`, answering every
+/// request with the client address it got from the PROXY header.
+pub fn nginx_proxy_protocol() -> Peer {
+    nginx(|port| {
+        format!(
+            "server {{\n    listen 127.0.0.1:{port} proxy_protocol;\n    location / {{ default_type text/plain; return 200 \"$proxy_protocol_addr $proxy_protocol_port\\n\"; }}\n  }}"
+        )
+    })
 }
 
 /// HAProxy on a free port with the config `conf(port)` makes, in the
