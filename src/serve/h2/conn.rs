@@ -799,7 +799,10 @@ impl<A> Conn<A> {
             self.spend();
             return Ok(());
         }
-        if let Err(why) = head.finish() {
+        let too_large = decoded == Decoded::TooLarge;
+        // A list cut short lacks what came after the limit: it is answered
+        // 431 whatever it lacks.
+        if let (Err(why), false) = (head.finish(), too_large) {
             return Err(FrameError::Stream(id, ErrorCode::ProtocolError, why));
         }
         if end_stream && head.content_length.is_some_and(|n| n > 0) {
@@ -809,7 +812,7 @@ impl<A> Conn<A> {
                 "content-length without DATA",
             ));
         }
-        let status = (decoded == Decoded::TooLarge).then_some(431);
+        let status = too_large.then_some(431);
         let answer = r.respond(&head, status);
         self.requests += 1;
         self.glitches = self.glitches.saturating_sub(GLITCHES_PER_REQUEST);
@@ -931,7 +934,9 @@ impl<A> Conn<A> {
         out.append(&mut self.queued);
         loop {
             let used = out.len() % RECORD;
-            if self.send_window <= 0 || (out.len() >= RECORD && used > RECORD - 1024) {
+            // Too little room left in this record for a frame worth its
+            // header: the next write starts a new one.
+            if self.send_window <= 0 || used > RECORD - 1024 {
                 return Ok(None);
             }
             let room = RECORD - used - HEADER_LEN;
@@ -1249,6 +1254,25 @@ mod tests {
         assert_eq!(p.seen, ["/three"]);
         let out = frames(&drive(&mut c));
         assert!(out.contains(&(3, 0, 1, 4)), "{out:?}");
+    }
+
+    #[test]
+    fn a_header_list_past_the_limit_is_answered_431() {
+        let mut c = Conn::new(limits());
+        let mut p = Pages {
+            body: String::new(),
+            seen: vec![],
+        };
+        let mut input = client_start();
+        let mut block = Vec::new();
+        Encoder::field(&mut block, b":method", b"GET");
+        Encoder::field(&mut block, b"x-big", &[b'a'; 20_000]);
+        Encoder::field(&mut block, b":path", b"/late");
+        frame::put_headers(&mut input, 1, &block, true, 16384);
+        c.recv(&input, &mut p);
+        assert_eq!(c.closing(), None);
+        let f: Vec<_> = c.take_finished().map(|f| f.status).collect();
+        assert_eq!(f, [431]);
     }
 
     #[test]
