@@ -1275,6 +1275,56 @@ mod tests {
         assert_eq!(f, [431]);
     }
 
+    fn get_with(out: &mut Vec<u8>, id: u32, path: &str, priority: &str) {
+        let mut block = Vec::new();
+        Encoder::field(&mut block, b":method", b"GET");
+        Encoder::field(&mut block, b":scheme", b"https");
+        Encoder::field(&mut block, b":path", path.as_bytes());
+        Encoder::field(&mut block, b"priority", priority.as_bytes());
+        frame::put_headers(out, id, &block, true, 16384);
+    }
+
+    #[test]
+    fn urgent_streams_go_first_and_a_stalled_one_blocks_no_other() {
+        let mut c = Conn::new(limits());
+        let mut p = Pages {
+            body: "x".repeat(40_000),
+            seen: vec![],
+        };
+        let mut input = client_start();
+        // Stream windows of 0: nothing moves until a WINDOW_UPDATE.
+        input.clear();
+        input.extend_from_slice(frame::PREFACE);
+        frame::put_settings(&mut input, &[(frame::SETTINGS_INITIAL_WINDOW_SIZE, 0)]);
+        frame::put_window_update(&mut input, 0, 1 << 20);
+        get_with(&mut input, 1, "/image", "u=5, i");
+        get_with(&mut input, 3, "/style", "u=0");
+        get_with(&mut input, 5, "/stalled", "u=0");
+        c.recv(&input, &mut p);
+        drive(&mut c);
+        assert!(c.blocked());
+        // Windows for 1 and 3, not 5: 3 (urgency 0) is sent whole before
+        // 1 (urgency 5) starts, and 5 holds nothing back.
+        let mut wu = Vec::new();
+        frame::put_window_update(&mut wu, 1, 1 << 20);
+        frame::put_window_update(&mut wu, 3, 1 << 20);
+        c.recv(&wu, &mut p);
+        let out = frames(&drive(&mut c));
+        let order: Vec<u32> = out.iter().filter(|f| f.0 == 0).map(|f| f.2).collect();
+        let first_1 = order.iter().position(|&s| s == 1).unwrap();
+        let last_3 = order.iter().rposition(|&s| s == 3).unwrap();
+        assert!(last_3 < first_1, "{order:?}");
+        assert!(!order.contains(&5), "{order:?}");
+        let sent = |id| {
+            out.iter()
+                .filter(|f| f.0 == 0 && f.2 == id)
+                .map(|f| f.3)
+                .sum::<u32>()
+        };
+        assert_eq!((sent(1), sent(3)), (40_000, 40_000));
+        assert_eq!(c.open_streams(), 1);
+    }
+
     #[test]
     fn a_drain_sends_two_goaways_and_ignores_newer_streams() {
         let mut c = Conn::new(limits());
