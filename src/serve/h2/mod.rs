@@ -290,6 +290,10 @@ async fn drive<T: Transport>(
             let used = conn.recv(&inbuf[..filled], &mut site);
             inbuf.copy_within(used..filled, 0);
             filled -= used;
+            // A client that sends without pause (a flood of frames that
+            // need no answer) must not keep the worker's other connections
+            // waiting: they get their turn now and then.
+            tokio::task::coop::consume_budget().await;
         }
         // Write what can go.
         let mut want_write = false;
