@@ -106,7 +106,7 @@ fi
 # The server's end-to-end suites; tests/sites.rs also runs the load client,
 # target/debug/tlsfront-bench from the stage above, which the guest sees on
 # the read-only share of this tree.
-bins=$(cargo test --locked --test serve --test proxy --test http_conformance --test sites --test static_sites --test fleet --no-run --message-format=json 2>/dev/null |
+bins=$(cargo test --locked --test serve --test proxy --test http_conformance --test sites --test static_sites --test fleet --test h2 --test h2_records --no-run --message-format=json 2>/dev/null |
   python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
