@@ -289,6 +289,24 @@ def start_servers(cfg):
             srv[name] = Server(name, [tlsfront, "serve", os.path.join(RUN, "www"), "--listen",
                                       f"127.0.0.1:{p}", "--cert", cert, "--key", key,
                                       "--workers", "1", "--config", conf], p, "serve")
+    if not only or "h2" in only:
+        # HTTP/2: nginx with `http2` on its listener (1.22 spells it
+        # there), and tlsfront with HTTP/2 off for HTTP/1.1 through the
+        # same client (tlsfront offers h2 by default).
+        p = next_port()
+        common.update(port=p)
+        conf = os.path.join(RUN, "nginx-h2.conf")
+        with open(conf, "w") as f:
+            f.write(S.NGINX.format(tag="h2", ssl=" ssl http2", tls=tls, **common))
+        srv["nginx-h2"] = Server("nginx-h2", ["nginx", "-p", RUN, "-c", conf, "-e",
+                                              os.path.join(RUN, "nginx-h2-error.log")], p, "serve")
+        h1 = os.path.join(RUN, "tlsfront-h1.toml")
+        with open(h1, "w") as f:
+            f.write("http2 = false\n" + S.TLSFRONT_TOML)
+        p = next_port()
+        srv["tlsfront-h1"] = Server("tlsfront-h1", [tlsfront, "serve", os.path.join(RUN, "www"), "--listen",
+                                                    f"127.0.0.1:{p}", "--cert", cert, "--key", key,
+                                                    "--workers", "1", "--config", h1], p, "serve")
     p = next_port()
     srv["tlsfront-proxy"] = Server("tlsfront-proxy", [tlsfront, "proxy", "--listen", f"127.0.0.1:{p}",
                                                       "--backend", f"127.0.0.1:{backend}", "--cert", cert,
@@ -700,6 +718,106 @@ def idle_rss(srv, n):
             "tls_curr_rx": t1.get("TlsCurrRxSw", 0) - t0.get("TlsCurrRxSw", 0)}
 
 
+def h2load(srv, path, n, streams, h1, size):
+    """nghttp2's h2load: n GETs of `path` on one connection, `streams` in
+    flight (h2) or pipelined (h1), AES-128-GCM, the largest windows (its
+    default 2^30 - 1), so flow control never waits on the client.  Its
+    own instructions are not counted (a finished task's are gone)."""
+    argv = ["h2load", "-n", str(n), "-c", "1", "-m", str(streams),
+            "--tls13-ciphers=TLS_AES_128_GCM_SHA256", f"https://127.0.0.1:{srv.port}{path}"]
+    if h1:
+        argv.insert(1, "--h1")
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+    out = r.stdout
+    proto = "http/1.1" if h1 else "h2"
+    if (r.returncode != 0 or f"Application protocol: {proto}" not in out
+            or f"requests: {n} total, {n} started, {n} done, {n} succeeded" not in out
+            or f"status codes: {n} 2xx" not in out):
+        raise SystemExit(f"kbench: {srv.name}: h2load {path} failed ({r.returncode}): "
+                         f"{(out + r.stderr)[-800:]}")
+    traffic = next((l for l in out.splitlines() if l.startswith("traffic:")), "")
+    if size and "total" in traffic:
+        # "traffic: 64.03MB (67141671) total, ..."
+        wire = int(traffic.split("(")[1].split(")")[0])
+        if wire < size * n:
+            raise SystemExit(f"kbench: {srv.name}: {wire} bytes received, expected {size * n}")
+    return {"requests": n, "streams": streams, "protocol": proto, "traffic": traffic.strip()}
+
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def h2_frame(kind, flags, stream, payload=b""):
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+def h2_open(port, ctx, session):
+    """A TLS connection with ALPN h2 that has exchanged SETTINGS both ways
+    (the server's acknowledged, ours acknowledged by the server), then
+    sends nothing more."""
+    s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=600),
+                        server_hostname="localhost", session=session)
+    if s.selected_alpn_protocol() != "h2":
+        raise SystemExit(f"kbench: ALPN picked {s.selected_alpn_protocol()!r}, not h2")
+    s.sendall(H2_PREFACE + h2_frame(4, 0, 0))
+    buf = b""
+    theirs = acked = False
+    for _ in range(READ_CALLS):
+        if theirs and acked:
+            return s
+        while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+            n = int.from_bytes(buf[:3], "big")
+            kind, flags = buf[3], buf[4]
+            if kind == 4 and flags & 1:
+                acked = True
+            elif kind == 4:
+                theirs = True
+                s.sendall(h2_frame(4, 1, 0))
+            elif kind == 7:
+                raise SystemExit(f"kbench: GOAWAY from the server: {buf[9:9 + n]!r}")
+            buf = buf[9 + n:]
+        if theirs and acked:
+            return s
+        chunk = s.recv(65536)
+        if not chunk:
+            raise SystemExit("kbench: the server closed an h2 connection during SETTINGS")
+        buf += chunk
+    raise SystemExit("kbench: more reads than the bound")
+
+
+def idle_h2(srv, n):
+    """n h2 connections (resumed), each past the SETTINGS exchange and no
+    request, then left open: the server's RSS growth."""
+    ctx = client_ctx("aes128")
+    ctx.set_alpn_protocols(["h2"])
+    first = h2_open(srv.port, ctx, None)
+    session = first.session
+    settle()
+    before = S.rss_kib(srv.pids())
+    parts0 = rss_parts(srv.pids())
+    t0 = tls_stat()
+    socks = []
+    try:
+        for _ in range(n):
+            s = h2_open(srv.port, ctx, session)
+            session = s.session or session
+            socks.append(s)
+        time.sleep(1.0)
+        after = S.rss_kib(srv.pids())
+        parts1 = rss_parts(srv.pids())
+        t1 = tls_stat()
+    finally:
+        for s in socks:
+            s.close()
+        first.close()
+    settle()
+    return {"connections": n, "rss_before_kib": before, "rss_after_kib": after,
+            "kib_per_conn": (after - before) / n,
+            "parts_kib_per_conn": {k: (parts1.get(k, 0) - parts0.get(k, 0)) / n for k in parts1},
+            "tls_curr_tx": t1.get("TlsCurrTxSw", 0) - t0.get("TlsCurrTxSw", 0),
+            "tls_curr_rx": t1.get("TlsCurrRxSw", 0) - t0.get("TlsCurrRxSw", 0)}
+
+
 # ---------------------------------------------------------------- main
 
 def prepare(work, cfg):
@@ -854,6 +972,22 @@ def main():
                       unit="site", units=SITES - 1,
                       detail={"sites": SITES, "rss_one_kib": one, "rss_many_kib": many,
                               "kib_per_site": (many - one) / (SITES - 1)}))
+        if want("h2"):
+            for name in ("tlsfront", "nginx-h2", "tlsfront-h1"):
+                h2load(srv[name], "/1m", 2, 1, name == "tlsfront-h1", 1 << 20)
+                h2load(srv[name], "/1k", 200, 100, name == "tlsfront-h1", 0)
+            for name in ("tlsfront", "nginx-h2", "tlsfront-h1"):
+                case("h2", "h2load download aes128", srv[name], "MiB", mib,
+                     lambda: h2load(srv[name], "/big", 1, 1, name == "tlsfront-h1", size), cipher="aes128")
+            n = cfg["requests"]
+            for name in ("tlsfront", "nginx-h2"):
+                case("h2", "h2load GET 1k, 100 streams on 1 connection", srv[name], "request", n,
+                     lambda: h2load(srv[name], "/1k", n, 100, False, 0), cipher="aes128")
+            for name in ("tlsfront", "nginx-h2"):
+                log(f"idle h2 {name}")
+                d = idle_h2(srv[name], cfg["idle"])
+                emit(dict(case="idle kTLS h2 connection", group="h2idle", server=name, unit="connection",
+                          units=cfg["idle"], detail=d, cipher="aes128"))
         if want("idle"):
             for name in ("tlsfront", "nginx"):
                 log(f"idle {name}")
