@@ -94,8 +94,8 @@ stage "the Debian package: cargo deb, dpkg -i, the systemd unit, started as the 
 cpu_accounting() { python3 -m bench.compare_lib.test_cpu 2>&1 | tee -a "$log"; }
 stage "bench/compare's CPU accounting, against processes of known CPU time" cpu_accounting
 
-fuzzing() { fuzz/run.sh "${TLSFRONT_FUZZ_SECS:-20}" 2>&1 | tee -a "$log"; }
-stage "fuzzing every parser for ${TLSFRONT_FUZZ_SECS:-20} s each (fuzz/run.sh)" fuzzing
+fuzzing() { fuzz/run.sh "${TLSFRONT_FUZZ_SECS:-15}" 2>&1 | tee -a "$log"; }
+stage "fuzzing every parser for ${TLSFRONT_FUZZ_SECS:-15} s each (fuzz/run.sh)" fuzzing
 
 if [[ ${TLSFRONT_SKIP_GUEST:-0} == 1 ]]; then
   echo "TLSFRONT_SKIP_GUEST=1: kTLS guest stage skipped"
