@@ -23,6 +23,9 @@ PACKAGES = {
     "haproxy": ("haproxy", "/usr/sbin/haproxy"),
     "hitch": ("hitch", "/usr/sbin/hitch"),
     "stunnel": ("stunnel4", "/usr/bin/stunnel"),
+    "caddy": ("caddy", "/usr/bin/caddy"),
+    "h2o": ("h2o", "/usr/bin/h2o"),
+    "h2load": ("nghttp2-client", "/usr/bin/h2load"),
 }
 
 
@@ -427,6 +430,9 @@ def version(name, tlsfront=None):
         "haproxy": ["haproxy", "-v"],
         "hitch": ["hitch", "--version"],
         "stunnel": ["stunnel", "-version"],
+        "caddy": ["caddy", "version"],
+        "h2o": ["h2o", "--version"],
+        "h2load": ["h2load", "--version"],
         "openssl": ["openssl", "version"],
     }
     try:
@@ -456,7 +462,7 @@ def ensure_installed(names, log):
     if r.returncode != 0:
         log(f"apt-get install failed: {r.stderr.strip().splitlines()[-1:]}")
     # Debian starts the packaged services: stop them so they take no CPU
-    for svc in ("nginx", "haproxy", "hitch", "stunnel4"):
+    for svc in ("nginx", "haproxy", "hitch", "stunnel4", "caddy", "h2o"):
         try:
             subprocess.run(["systemctl", "stop", svc], capture_output=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired):
