@@ -957,9 +957,10 @@ CASES = [
     ("TLS 1.2 warning alerts past rustls' allowance", warning_alerts),
 ]
 
-# serve's: it speaks http/1.1 only (the proxy offers no ALPN and takes any).
+# serve's: it speaks h2, http/1.1 and http/1.0 (the proxy offers no ALPN and
+# takes any).
 SERVE_CASES = [
-    ("TLS 1.3 offer of h2 only", flight_fails(NO_APPLICATION_PROTOCOL, alpn=(b"h2",))),
+    ("TLS 1.3 offer of h3 only", flight_fails(NO_APPLICATION_PROTOCOL, alpn=(b"h3",))),
     ("TLS 1.3 offer of acme-tls/1 only", flight_fails(NO_APPLICATION_PROTOCOL, alpn=(b"acme-tls/1",))),
     ("TLS 1.3 offer of an unknown protocol only",
      flight_fails(NO_APPLICATION_PROTOCOL, alpn=(b"x-none",))),
