@@ -94,7 +94,7 @@ get() { curl -sS --max-time 30 --cacert "$ca" "https://127.0.0.1:$port/tlsfront-
 check "it serves /var/www/html over HTTPS (curl picks h2)" test "$(get)" = "packaged hello"
 # The packaged config logs to /var/log/tlsfront/access.log, which the parent
 # opens as root: the file is root's, never www-data's.
-await grep -q tlsfront-package-test /var/log/tlsfront/access.log || true
+await grep -q '"GET /tlsfront-package-test.txt HTTP/2.0" 200 15' /var/log/tlsfront/access.log || true
 check "the request is in /var/log/tlsfront/access.log" grep -q '"GET /tlsfront-package-test.txt HTTP/2.0" 200 15' /var/log/tlsfront/access.log
 check "the access log belongs to root" test "$(stat -c %U /var/log/tlsfront/access.log)" = root
 check "the logrotate snippet is installed" test -f /etc/logrotate.d/tlsfront
