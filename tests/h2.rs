@@ -288,3 +288,53 @@ fn reload_upgrade_and_sigterm_let_every_stream_in_flight_finish() {
     let pid = rustix::process::Pid::from_raw(new as i32).unwrap();
     rustix::process::kill_process(pid, Signal::TERM).unwrap();
 }
+
+#[test]
+fn precompressed_siblings_fallback_and_listings_over_h2() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("index.html"), "<p>spa</p>\n").unwrap();
+    // Served as stored, never decoded: any bytes do.
+    std::fs::write(dir.path().join("index.html.gz"), b"gzip bytes as stored").unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::write(dir.path().join("sub/a.txt"), "a\n").unwrap();
+    let server = Server::start_in(
+        dir.path(),
+        &[
+            "--precompressed",
+            "gzip",
+            "--fallback",
+            "/index.html",
+            "--autoindex",
+        ],
+    );
+    let split = |all: &[u8]| {
+        let at = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        (text(&all[..at]), all[at..].to_vec())
+    };
+    // The precompressed sibling, by Accept-Encoding.
+    let out = h2(
+        &server,
+        &[
+            "-D",
+            "-",
+            "-H",
+            "Accept-Encoding: gzip",
+            &server.url("/index.html"),
+        ],
+    );
+    let (head, body) = split(&out.stdout);
+    assert!(head.starts_with("HTTP/2 200"), "{head}");
+    assert!(head.contains("content-encoding: gzip\r\n"), "{head}");
+    assert!(head.contains("vary: Accept-Encoding\r\n"), "{head}");
+    assert_eq!(body, b"gzip bytes as stored");
+    // The fallback answers a path that does not exist.
+    let out = h2(&server, &["-D", "-", &server.url("/some/route")]);
+    let (head, body) = split(&out.stdout);
+    assert!(head.starts_with("HTTP/2 200"), "{head}");
+    assert_eq!(body, b"<p>spa</p>\n");
+    // A directory without an index is listed.
+    let out = h2(&server, &["-D", "-", &server.url("/sub/")]);
+    let (head, body) = split(&out.stdout);
+    assert!(head.starts_with("HTTP/2 200"), "{head}");
+    assert!(text(&body).contains("a.txt"), "{}", text(&body));
+}
