@@ -15,6 +15,13 @@ fn h2(server: &Server, args: &[&str]) -> std::process::Output {
     server.curl(&a)
 }
 
+/// The response head curl gets over HTTP/2 (whatever the status).
+fn h2_head(server: &Server, args: &[&str]) -> String {
+    let mut a = vec!["--http2", "-s", "-D", "-", "-o", "/dev/null"];
+    a.extend_from_slice(args);
+    text(&server.curl(&a).stdout)
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -99,30 +106,10 @@ fn ranges_conditionals_head_and_errors_behave_as_on_http1() {
     let all = text(&out.stdout);
     assert!(all.starts_with("HTTP/2 404"), "{all}");
     assert!(all.contains("404 Not Found"), "{all}");
-    let out = server.curl(&[
-        "--http2",
-        "-s",
-        "-D",
-        "-",
-        "-o",
-        "/dev/null",
-        &server.url("/sub"),
-    ]);
-    let head = text(&out.stdout);
+    let head = h2_head(&server, &[&server.url("/sub")]);
     assert!(head.starts_with("HTTP/2 301"), "{head}");
     assert!(head.contains("location: /sub/\r\n"), "{head}");
-    let out = server.curl(&[
-        "--http2",
-        "-s",
-        "-D",
-        "-",
-        "-o",
-        "/dev/null",
-        "-X",
-        "POST",
-        &server.url("/hello.txt"),
-    ]);
-    let head = text(&out.stdout);
+    let head = h2_head(&server, &["-X", "POST", &server.url("/hello.txt")]);
     assert!(head.starts_with("HTTP/2 405"), "{head}");
     assert!(head.contains("allow: GET, HEAD\r\n"), "{head}");
     // No connection-specific field in any h2 response (RFC 9113 §8.2.2).
