@@ -93,11 +93,13 @@ fn every_attack_is_bounded_and_others_are_served_meanwhile() {
     let idle = IDLE_SECS.to_string();
     // No limit of requests a connection: the floods of frames without
     // answers hide among requests, and a drain must not end them first.
+    // No open-file cache either: each stream answered from a file holds a
+    // descriptor of its own.
     let conf = tempfile::tempdir().unwrap();
     let config = conf.path().join("limits.toml");
     std::fs::write(
         &config,
-        "[limits]\nkeepalive_requests = 18446744073709551615\n",
+        "open_file_cache = 0\n[limits]\nkeepalive_requests = 18446744073709551615\n",
     )
     .unwrap();
     let server = Server::start(&[
@@ -167,6 +169,10 @@ fn every_attack_is_bounded_and_others_are_served_meanwhile() {
                 "ok".into()
             }
             "witness" => witness(&server, &want, dir.path()),
+            "fds" => std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .expect("list the server's descriptors")
+                .count()
+                .to_string(),
             "metrics" => http2_events(&admin)
                 .iter()
                 .map(|(e, n)| format!("{e}={n}"))
@@ -191,6 +197,7 @@ fn every_attack_is_bounded_and_others_are_served_meanwhile() {
         "window-update-flood",
         "empty-data-flood",
         "zero-window-stall",
+        "file-streams",
         "made-you-reset",
         "too-many-streams",
         "idle",

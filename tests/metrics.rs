@@ -881,8 +881,8 @@ fn a_reload_recomputes_the_connection_limit() {
     std::fs::write(&config, many_sites(dir.path(), 1, false)).unwrap();
     let cfg = config.display().to_string();
     // One worker under an open-file limit of 1024: an eighth for the
-    // open-file cache (128), the reserve (64) and one root; 2 descriptors
-    // per connection: (1024 - 64 - 128 - 1) / 2.
+    // open-file cache (128), the reserve (64) and one root; 9 descriptors
+    // per HTTP/2 connection: (1024 - 64 - 128 - 1) / 9.
     let server = Server::spawn_via(
         &["prlimit", "--nofile=1024:1024", "--"],
         &["run", "--config", &cfg],
@@ -892,7 +892,7 @@ fn a_reload_recomputes_the_connection_limit() {
         server
             .startup
             .iter()
-            .any(|l| l.starts_with("connections: up to 415 per worker")),
+            .any(|l| l.starts_with("connections: up to 92 per worker")),
         "{:?}",
         server.startup
     );
@@ -900,20 +900,20 @@ fn a_reload_recomputes_the_connection_limit() {
     let (_, text) = scrape(&addr, None);
     assert_eq!(
         sample(&text, "tlsfront_connections_limit"),
-        Some(415.0),
+        Some(92.0),
         "{text}"
     );
     // 100 sites, each with its own root (the first kept) and access log:
-    // 99 more roots and 100 logs held, so (1024 - 64 - 128 - 100 - 100) / 2.
+    // 99 more roots and 100 logs held, so (1024 - 64 - 128 - 100 - 100) / 9.
     std::fs::write(&config, many_sites(dir.path(), 100, true)).unwrap();
     server.reload();
     server.wait_for_output("reloaded ", 1);
-    let out = server.wait_for_output("connections: up to 316 per worker", 1);
+    let out = server.wait_for_output("connections: up to 70 per worker", 1);
     assert!(out.contains("reloaded"), "{out}");
     let (_, text) = scrape(&addr, None);
     assert_eq!(
         sample(&text, "tlsfront_connections_limit"),
-        Some(316.0),
+        Some(70.0),
         "{text}"
     );
     // And it serves the new sites.
@@ -927,9 +927,9 @@ fn a_reload_recomputes_the_connection_limit() {
     server.reload();
     server.wait_for_output("reloaded ", 2);
     let text = scrape_until(&addr, "the limit back up", |t| {
-        sample(t, "tlsfront_connections_limit") == Some(415.0)
+        sample(t, "tlsfront_connections_limit") == Some(92.0)
     });
-    assert!(text.contains("tlsfront_connections_limit 415"), "{text}");
+    assert!(text.contains("tlsfront_connections_limit 92"), "{text}");
     assert_eq!(get(server.port, "s0.test", &["/id.txt"]), ["200"]);
     let _ = server.stop();
 }
@@ -940,12 +940,12 @@ fn a_set_connection_limit_that_a_reload_outgrows_is_warned_about() {
     let config = dir.path().join("tlsfront.toml");
     // The table after the top-level key many_sites starts with.
     let with_set = |n, logs| {
-        many_sites(dir.path(), n, logs).replacen('\n', "\n[limits]\nconnections = 350\n", 1)
+        many_sites(dir.path(), n, logs).replacen('\n', "\n[limits]\nconnections = 80\n", 1)
     };
     std::fs::write(&config, with_set(1, false)).unwrap();
     let cfg = config.display().to_string();
-    // 350 fit beside one root (415 would); beside 100 roots and 100 logs
-    // (316) they do not.
+    // 80 fit beside one root (92 would); beside 100 roots and 100 logs
+    // (70) they do not.
     let server = Server::spawn_via(
         &["prlimit", "--nofile=1024:1024", "--"],
         &["run", "--config", &cfg],
@@ -962,7 +962,7 @@ fn a_set_connection_limit_that_a_reload_outgrows_is_warned_about() {
     let (_, text) = scrape(&addr, None);
     assert_eq!(
         sample(&text, "tlsfront_connections_limit"),
-        Some(350.0),
+        Some(80.0),
         "{text}"
     );
     assert_eq!(get(server.port, "s7.test", &["/id.txt"]), ["200"]);

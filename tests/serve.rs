@@ -1073,10 +1073,10 @@ fn open_file_limit_is_raised_and_a_low_one_is_reported() {
     );
     server.stop();
     // The defaults on a machine whose hard limit is too low for them
-    // (1 worker x 10000 connections x 2 descriptors > 1024, and 1000 kept
+    // (1 worker x 10000 connections x 9 descriptors > 1024, and 1000 kept
     // files): the open-file cache takes an eighth of the limit, the
     // connections what is left beside the reserve, the root's directory
-    // and the cache ((1024 - 64 - 1 - 128) / 2),
+    // and the cache ((1024 - 64 - 1 - 128) / 9, an HTTP/2 connection's),
     // both said as information, not warnings.
     let server = Server::start_with_nofile("256:1024", &["--workers", "1"]);
     assert!(
@@ -1096,7 +1096,7 @@ fn open_file_limit_is_raised_and_a_low_one_is_reported() {
     let note = server
         .startup
         .iter()
-        .find(|l| l.starts_with("connections: up to 415 per worker"))
+        .find(|l| l.starts_with("connections: up to 92 per worker"))
         .unwrap_or_else(|| panic!("{:?}", server.startup));
     assert!(
         note.contains("(1024)") && note.contains("LimitNOFILE"),

@@ -59,6 +59,9 @@ fn get(server: &Server, host: Option<&str>, path: &str, args: &[&str]) -> Got {
         String::from_utf8_lossy(&out.stderr)
     );
     let head = String::from_utf8_lossy(&out.stdout).into_owned();
+    if args.contains(&"--http2") {
+        assert!(head.starts_with("HTTP/2 "), "not HTTP/2: {head}");
+    }
     let mut lines = head.lines();
     let status = lines
         .next()
@@ -310,7 +313,13 @@ fn precompressed_siblings_by_accept_encoding() {
 #[test]
 fn headers_per_site_and_per_path_on_every_response() {
     let s = sites();
-    let srv = &s.server;
+    headers_per_site_and_path(&s.server, &[]);
+    headers_per_site_and_path(&s.server, &["--http2"]);
+}
+
+/// The header checks, over HTTP/1.1 or (`--http2`) HTTP/2.
+fn headers_per_site_and_path(srv: &Server, proto: &[&str]) {
+    let get = |srv, host, path, args: &[&str]| get(srv, host, path, &[args, proto].concat());
     let hsts = "max-age=63072000";
     let immutable = "public, max-age=31536000, immutable";
 
@@ -417,17 +426,19 @@ fn fallback_answers_paths_that_do_not_exist() {
 fn charset_only_where_configured() {
     let s = sites();
     let srv = &s.server;
-    let ct = |host, path| {
-        get(srv, host, path, &["-I"])
-            .header("content-type")
-            .unwrap_or("")
-            .to_string()
-    };
-    assert_eq!(ct(None, "/"), "text/html; charset=utf-8");
-    assert_eq!(ct(None, "/notes.txt"), "text/plain; charset=utf-8");
-    assert_eq!(ct(None, "/style.css"), "text/css; charset=utf-8");
-    assert_eq!(ct(Some("spa.test"), "/"), "text/html");
-    assert_eq!(ct(Some("spa.test"), "/static/app.css"), "text/css");
+    for proto in [&[][..], &["--http2"]] {
+        let ct = |host, path| {
+            get(srv, host, path, &[&["-I"], proto].concat())
+                .header("content-type")
+                .unwrap_or("")
+                .to_string()
+        };
+        assert_eq!(ct(None, "/"), "text/html; charset=utf-8");
+        assert_eq!(ct(None, "/notes.txt"), "text/plain; charset=utf-8");
+        assert_eq!(ct(None, "/style.css"), "text/css; charset=utf-8");
+        assert_eq!(ct(Some("spa.test"), "/"), "text/html");
+        assert_eq!(ct(Some("spa.test"), "/static/app.css"), "text/css");
+    }
 }
 
 /// `serve` takes the same settings as flags.

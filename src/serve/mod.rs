@@ -40,8 +40,10 @@ struct FilesCfg {
 }
 
 impl StaticFiles {
-    /// The socket and the file being sent.
+    /// The socket and the file being sent (HTTP/1.1).
     pub const FDS_PER_CONNECTION: u64 = 2;
+    /// The socket and the files of the streams being answered (HTTP/2).
+    pub const FDS_PER_H2_CONNECTION: u64 = 1 + h2::FILE_STREAMS as u64;
 
     /// Open the site's document root.
     pub fn new(site: &Site, files: &Files) -> Result<StaticFiles, RootError> {

@@ -210,6 +210,9 @@ impl Sites {
         self.list
             .iter()
             .map(|s| match s.job {
+                SiteJob::Files(_) if s.settings.alpn.iter().any(|a| a == b"h2") => {
+                    StaticFiles::FDS_PER_H2_CONNECTION
+                }
                 SiteJob::Files(_) => StaticFiles::FDS_PER_CONNECTION,
                 SiteJob::Proxy(_) => Proxy::FDS_PER_CONNECTION,
             })
@@ -448,7 +451,11 @@ mod tests {
         assert!(s.named("other.test").is_none());
         assert_eq!(s.named("b.test.").unwrap().label.as_ref(), "x.a.test");
         assert!(s.answers_plain_http);
-        assert_eq!(s.fds_per_connection(), Proxy::FDS_PER_CONNECTION);
+        // The most any site's connection holds: an HTTP/2 static site's.
+        assert_eq!(
+            s.fds_per_connection(),
+            StaticFiles::FDS_PER_H2_CONNECTION.max(Proxy::FDS_PER_CONNECTION)
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@ line on stdin:
   ? witness      -> "ok" or a reason: a normal client (curl --http2) got
                     a whole, correct response
   ? metrics      -> "EVENT=N ...": tlsfront_http2_events_total now
+  ? fds          -> "N": the server's open descriptors
 
 Usage:
   abuse.py --connect HOST:PORT --authority NAME --cafile CA.pem
@@ -51,6 +52,8 @@ STREAM_BOUND = 200
 # a connection may send past its requests before it must have been ended.
 GLITCH_BOUND = 20_000
 PARALLEL = 20  # connections of each memory-bound attack
+# Streams a connection answers from files at once (src/serve/h2/conn.rs).
+FILE_STREAMS = 8
 KIB = 1024
 
 _ask_lock = threading.Lock()
@@ -68,6 +71,11 @@ def ask(question):
 def rss():
     now, peak = ask("rss").split()
     return int(now), int(peak)
+
+
+def fds():
+    """The server's open descriptors."""
+    return int(ask("fds"))
 
 
 def reset_peak():
@@ -544,6 +552,55 @@ def _(o):
         c.close()
     return (f"{sum(held)} streams stalled on {PARALLEL} connections: {mem}; "
             f"a normal client served 3 times meanwhile")
+
+
+@case("file-streams", "100 streams of a large file on each of 20 connections, windows of 0, no open-file cache")
+def _(o):
+    o = with_timeout(o, 60)
+    base = fds()
+    conns = [None] * PARALLEL
+
+    def hold(i):
+        c = Conn(o, {S_INITIAL_WINDOW_SIZE: 0})
+        conns[i] = c
+        return hold_streams(c, int(c.server.get(h2.S_MAX_CONCURRENT_STREAMS, 100)), o.path)
+
+    held = parallel(PARALLEL, hold)
+    # Every stream taken (the PING after them answered), none can move.
+    grew = fds() - base
+    bound = PARALLEL * (1 + FILE_STREAMS) + 8
+    if grew > bound:
+        raise Fail(f"at most {bound} more descriptors ({PARALLEL} connections x (1 + {FILE_STREAMS} files))",
+                   f"{grew} more")
+    answered = {n for _, n in held}
+    if answered != {FILE_STREAMS}:
+        raise Fail(f"HEADERS for {FILE_STREAMS} streams a connection, the rest waiting", f"{sorted(answered)}")
+    # The waiting requests are answered, in the order they came, as the
+    # file streams end (here: the client resets them, 3 times).
+    c = conns[0]
+    sids = held[0][0]
+    now = sids[:FILE_STREAMS]
+    for turn in range(3):
+        c.send(*[raw(RST_STREAM, 0, s, struct.pack(">I", E["CANCEL"])) for s in now])
+        want = sids[(turn + 1) * FILE_STREAMS:(turn + 2) * FILE_STREAMS]
+        got = []
+        while len(got) < len(want):
+            f = c.read(f"HEADERS of streams {want}")
+            if f.type in (GOAWAY, RST_STREAM):
+                raise Fail(f"HEADERS of streams {want}", f.describe())
+            if f.type == HEADERS:
+                got.append(f.sid)
+        if got != want:
+            raise Fail(f"HEADERS of streams {want}, in order", f"{got}")
+        now = want
+    for _ in range(2):
+        witness()
+    for c in conns:
+        c.alive()
+        c.close()
+    return (f"{sum(len(s) for s, _ in held)} streams on {PARALLEL} connections: {FILE_STREAMS} answered on each, "
+            f"+{grew} descriptors (bound {bound}); 3 x {FILE_STREAMS} waiting ones answered in order as others "
+            f"ended; a normal client served meanwhile")
 
 
 # -- 6 ---------------------------------------------------------------------

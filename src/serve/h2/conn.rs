@@ -43,6 +43,14 @@ const GLITCHES: u64 = 10_000;
 const GLITCHES_PER_REQUEST: u64 = 100;
 /// The payload of the PING that follows the first GOAWAY of a drain.
 const DRAIN_PING: [u8; 8] = *b"tlsdrain";
+/// Streams whose body comes from a file, at once: each may hold a
+/// descriptor until its last frame, so that a client's hundred streams
+/// would otherwise hold a hundred. Requests past it wait, decoded, until one
+/// of these ends, and are then answered by urgency (RFC 9218).
+pub(crate) const FILE_STREAMS: usize = 8;
+/// The decoded requests a connection keeps waiting, in bytes; a stream
+/// that would take more is refused (REFUSED_STREAM: the client may retry).
+const WAITING_MAX: usize = 128 * 1024;
 
 /// What the session's configuration bounds.
 #[derive(Debug, Clone, Copy)]
@@ -87,6 +95,9 @@ pub(super) struct Finished<A> {
 /// What is left of a body.
 enum Cursor {
     Done,
+    /// Not answered yet: waits for a file stream to end. The request and
+    /// what it weighs in [`Conn::waiting_bytes`].
+    Waiting(Box<Head>, usize),
     Bytes(Vec<u8>, usize),
     File {
         file: Arc<File>,
@@ -98,7 +109,7 @@ enum Cursor {
 impl Cursor {
     fn left(&self) -> u64 {
         match self {
-            Cursor::Done => 0,
+            Cursor::Done | Cursor::Waiting(..) => 0,
             Cursor::Bytes(b, pos) => (b.len() - pos) as u64,
             Cursor::File { left, .. } => *left,
         }
@@ -120,7 +131,8 @@ struct Stream<A> {
     status: u16,
     sent_body: u64,
     wire: u64,
-    acct: A,
+    /// From the answer (none while the request waits).
+    acct: Option<A>,
 }
 
 /// A header block waiting for its CONTINUATION frames.
@@ -193,6 +205,9 @@ pub(super) struct Conn<A> {
     requests: u64,
     /// The last incremental stream sent from (round robin).
     last_incremental: u32,
+    /// Streams whose request waits ([`Cursor::Waiting`]), and their bytes.
+    waiting: usize,
+    waiting_bytes: usize,
     pub counts: Counts,
 }
 
@@ -235,6 +250,8 @@ impl<A> Conn<A> {
             glitches: 0,
             requests: 0,
             last_incremental: 0,
+            waiting: 0,
+            waiting_bytes: 0,
             counts: Counts::default(),
         }
     }
@@ -250,7 +267,7 @@ impl<A> Conn<A> {
         self.streams
             .iter()
             .find(|s| s.id == id)
-            .map(|s| &s.acct)
+            .and_then(|s| s.acct.as_ref())
             .or_else(|| self.finished.iter().find(|f| f.id == id).map(|f| &f.acct))
     }
 
@@ -311,15 +328,8 @@ impl<A> Conn<A> {
     }
 
     fn abandon_all(&mut self) {
-        for s in self.streams.drain(..) {
-            self.finished.push(Finished {
-                id: s.id,
-                acct: s.acct,
-                status: s.status,
-                body: s.sent_body,
-                wire: s.wire,
-                complete: false,
-            });
+        while let Some(s) = self.streams.last() {
+            self.forget(s.id, false);
         }
     }
 
@@ -436,11 +446,19 @@ impl<A> Conn<A> {
 
     /// The stream is closed: account for it.
     fn forget(&mut self, id: u32, complete: bool) {
-        if let Some(i) = self.streams.iter().position(|s| s.id == id) {
-            let s = self.streams.remove(i);
+        let Some(i) = self.streams.iter().position(|s| s.id == id) else {
+            return;
+        };
+        let s = self.streams.remove(i);
+        if let Cursor::Waiting(_, size) = s.body {
+            self.waiting -= 1;
+            self.waiting_bytes -= size;
+        }
+        // A request that never got its answer has nothing to account.
+        if let Some(acct) = s.acct {
             self.finished.push(Finished {
                 id: s.id,
-                acct: s.acct,
+                acct,
                 status: s.status,
                 body: s.sent_body,
                 wire: s.wire,
@@ -813,16 +831,59 @@ impl<A> Conn<A> {
             ));
         }
         let status = too_large.then_some(431);
-        let answer = r.respond(&head, status);
+        let (urgency, incremental) = head
+            .priority
+            .as_deref()
+            .map_or((request::DEFAULT_URGENCY, false), request::priority);
+        let mut stream = Stream {
+            id,
+            recv_closed: end_stream,
+            recv_window: STREAM_RECV_WINDOW,
+            send_window: self.peer_initial_window,
+            urgency,
+            incremental,
+            body: Cursor::Done,
+            declared: head.content_length,
+            received: 0,
+            status: 0,
+            sent_body: 0,
+            wire: 0,
+            acct: None,
+        };
+        if status.is_none() && (self.waiting > 0 || self.file_streams() >= FILE_STREAMS) {
+            let size = head.heap_size();
+            if self.waiting_bytes + size > WAITING_MAX {
+                self.counts.refused += 1;
+                self.reset(id, ErrorCode::RefusedStream);
+                self.spend();
+                return Ok(());
+            }
+            self.waiting += 1;
+            self.waiting_bytes += size;
+            stream.body = Cursor::Waiting(Box::new(head), size);
+            self.streams.push(stream);
+            return Ok(());
+        }
+        self.streams.push(stream);
+        self.answer(self.streams.len() - 1, &head, status, r);
+        Ok(())
+    }
+
+    /// Answer the request of the stream at `i`: its HEADERS are queued, its
+    /// body is what DATA will carry.
+    fn answer<P: Respond<Acct = A>>(
+        &mut self,
+        i: usize,
+        head: &Head,
+        status: Option<u16>,
+        r: &mut P,
+    ) {
+        let answer = r.respond(head, status);
         self.requests += 1;
         self.glitches = self.glitches.saturating_sub(GLITCHES_PER_REQUEST);
         if self.requests >= self.limits.requests {
             self.drain();
         }
-        let (urgency, incremental) = head
-            .priority
-            .as_deref()
-            .map_or((request::DEFAULT_URGENCY, false), request::priority);
         let body = match answer.body {
             Body::Empty => Cursor::Done,
             Body::Page(p) if p.is_empty() => Cursor::Done,
@@ -835,6 +896,7 @@ impl<A> Conn<A> {
             },
         };
         let done = matches!(body, Cursor::Done);
+        let id = self.streams[i].id;
         let at = self.queued.len();
         frame::put_headers(
             &mut self.queued,
@@ -843,26 +905,52 @@ impl<A> Conn<A> {
             done,
             self.peer_max_frame,
         );
-        let wire = (self.queued.len() - at) as u64;
-        self.streams.push(Stream {
-            id,
-            recv_closed: end_stream,
-            recv_window: STREAM_RECV_WINDOW,
-            send_window: self.peer_initial_window,
-            urgency,
-            incremental,
-            body,
-            declared: head.content_length,
-            received: 0,
-            status: answer.status,
-            sent_body: 0,
-            wire,
-            acct: answer.acct,
-        });
+        let s = &mut self.streams[i];
+        s.wire = (self.queued.len() - at) as u64;
+        s.body = body;
+        s.status = answer.status;
+        s.acct = Some(answer.acct);
         if done {
             self.complete(id);
         }
-        Ok(())
+    }
+
+    /// Streams whose body comes from a file.
+    fn file_streams(&self) -> usize {
+        self.streams
+            .iter()
+            .filter(|s| matches!(s.body, Cursor::File { .. }))
+            .count()
+    }
+
+    /// Whether a waiting request can be answered now.
+    fn can_answer(&self) -> bool {
+        self.waiting > 0 && self.closing.is_none() && self.file_streams() < FILE_STREAMS
+    }
+
+    /// Answer waiting requests while file streams are free: the most
+    /// urgent first, then in the order they came.
+    fn answer_waiting<P: Respond<Acct = A>>(&mut self, r: &mut P) {
+        while self.can_answer() {
+            let Some(i) = self
+                .streams
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| matches!(s.body, Cursor::Waiting(..)))
+                .min_by_key(|(_, s)| s.urgency)
+                .map(|(i, _)| i)
+            else {
+                return;
+            };
+            let Cursor::Waiting(head, size) =
+                std::mem::replace(&mut self.streams[i].body, Cursor::Done)
+            else {
+                return;
+            };
+            self.waiting -= 1;
+            self.waiting_bytes -= size;
+            self.answer(i, &head, None, r);
+        }
     }
 
     /// The stream's response is all queued: it closes (a client still
@@ -891,7 +979,7 @@ impl<A> Conn<A> {
 
     /// Whether anything is waiting to be written.
     pub fn has_output(&self) -> bool {
-        !self.queued.is_empty() || self.has_data()
+        !self.queued.is_empty() || self.has_data() || self.can_answer()
     }
 
     /// Streams that have data but no window: a stall the send timeout
@@ -930,9 +1018,20 @@ impl<A> Conn<A> {
     /// bodies read into it. A larger file's frame ends the write: its
     /// header is the last bytes of `out`, its payload the returned part,
     /// sized so that the header and the payload fill one record.
-    pub fn fill(&mut self, out: &mut Vec<u8>) -> Result<Option<FilePart>, (u32, std::io::Error)> {
+    pub fn fill<P: Respond<Acct = A>>(
+        &mut self,
+        out: &mut Vec<u8>,
+        r: &mut P,
+    ) -> Result<Option<FilePart>, (u32, std::io::Error)> {
+        self.answer_waiting(r);
         out.append(&mut self.queued);
         loop {
+            if self.can_answer() {
+                // A file stream ended in this write: the next request's
+                // HEADERS go before its DATA.
+                self.answer_waiting(r);
+                out.append(&mut self.queued);
+            }
             let used = out.len() % RECORD;
             // Too little room left in this record for a frame worth its
             // header: the next write starts a new one.
@@ -954,7 +1053,7 @@ impl<A> Conn<A> {
             let id = s.id;
             let mut file_part = None;
             match &mut s.body {
-                Cursor::Done => return Ok(None),
+                Cursor::Done | Cursor::Waiting(..) => return Ok(None),
                 Cursor::Bytes(b, pos) => {
                     out.extend_from_slice(&frame::data_head(p as u32, id, end));
                     out.extend_from_slice(&b[*pos..*pos + p as usize]);
@@ -1059,11 +1158,16 @@ mod tests {
         v
     }
 
-    fn drive(c: &mut Conn<u32>) -> Vec<u8> {
+    fn drive<P: Respond<Acct = u32>>(c: &mut Conn<u32>, p: &mut P) -> Vec<u8> {
         let mut out = Vec::new();
         while c.has_output() {
             let mut w = Vec::new();
-            assert!(c.fill(&mut w).unwrap().is_none());
+            if let Some(f) = c.fill(&mut w, p).unwrap() {
+                // What send_file would write after the frame header.
+                let at = w.len();
+                w.resize(at + f.len as usize, 0);
+                std::os::unix::fs::FileExt::read_exact_at(&*f.file, &mut w[at..], f.off).unwrap();
+            }
             if w.is_empty() {
                 break;
             }
@@ -1090,7 +1194,7 @@ mod tests {
         });
         assert_eq!(c.recv(&input, &mut p), input.len());
         assert_eq!(p.seen, ["/a", "/b"]);
-        let out = frames(&drive(&mut c));
+        let out = frames(&drive(&mut c, &mut p));
         // Our SETTINGS, the ACK of theirs, HEADERS, PING ACK, then DATA.
         assert_eq!(out[0].0, 4);
         assert_eq!((out[1].0, out[1].1), (4, 1));
@@ -1113,7 +1217,7 @@ mod tests {
         let mut input = client_start();
         get(&mut input, 1, "/big");
         c.recv(&input, &mut p);
-        let out = frames(&drive(&mut c));
+        let out = frames(&drive(&mut c, &mut p));
         let sent: u32 = out.iter().filter(|f| f.0 == 0).map(|f| f.3).sum();
         // The initial windows: 65,535 bytes, no more.
         assert_eq!(sent, 65_535);
@@ -1127,7 +1231,7 @@ mod tests {
         frame::put_window_update(&mut wu, 0, 100_000);
         frame::put_window_update(&mut wu, 1, 100_000);
         c.recv(&wu, &mut p);
-        let out = frames(&drive(&mut c));
+        let out = frames(&drive(&mut c, &mut p));
         let sent: u32 = out.iter().filter(|f| f.0 == 0).map(|f| f.3).sum();
         assert_eq!(sent, 100_000 - 65_535);
         assert_eq!(out.last().unwrap().1 & 1, 1);
@@ -1146,7 +1250,7 @@ mod tests {
         }
         c.recv(&input, &mut p);
         assert_eq!(c.open_streams(), 4);
-        let out = frames(&drive(&mut c));
+        let out = frames(&drive(&mut c, &mut p));
         assert!(out.contains(&(3, 0, 9, 4)), "{out:?}");
         // Rapid reset: open and cancel, again and again, until the budget
         // is gone and the connection ends with ENHANCE_YOUR_CALM.
@@ -1218,7 +1322,7 @@ mod tests {
                 "{:?}",
                 c.closing()
             );
-            let out = frames(&drive(&mut c));
+            let out = frames(&drive(&mut c, &mut p));
             assert_eq!(out.last().unwrap().0, 7, "{out:?}");
         }
     }
@@ -1252,7 +1356,7 @@ mod tests {
         c.recv(&input, &mut p);
         assert_eq!(c.closing(), None);
         assert_eq!(p.seen, ["/three"]);
-        let out = frames(&drive(&mut c));
+        let out = frames(&drive(&mut c, &mut p));
         assert!(out.contains(&(3, 0, 1, 4)), "{out:?}");
     }
 
@@ -1301,7 +1405,7 @@ mod tests {
         get_with(&mut input, 3, "/style", "u=0");
         get_with(&mut input, 5, "/stalled", "u=0");
         c.recv(&input, &mut p);
-        drive(&mut c);
+        drive(&mut c, &mut p);
         assert!(c.blocked());
         // Windows for 1 and 3, not 5: 3 (urgency 0) is sent whole before
         // 1 (urgency 5) starts, and 5 holds nothing back.
@@ -1309,7 +1413,7 @@ mod tests {
         frame::put_window_update(&mut wu, 1, 1 << 20);
         frame::put_window_update(&mut wu, 3, 1 << 20);
         c.recv(&wu, &mut p);
-        let out = frames(&drive(&mut c));
+        let out = frames(&drive(&mut c, &mut p));
         let order: Vec<u32> = out.iter().filter(|f| f.0 == 0).map(|f| f.2).collect();
         let first_1 = order.iter().position(|&s| s == 1).unwrap();
         let last_3 = order.iter().rposition(|&s| s == 3).unwrap();
@@ -1325,6 +1429,94 @@ mod tests {
         assert_eq!(c.open_streams(), 1);
     }
 
+    /// Answers every request with the whole of one file.
+    struct OneFile {
+        file: Arc<File>,
+        len: u64,
+        seen: Vec<String>,
+    }
+
+    impl Respond for OneFile {
+        type Acct = u32;
+        fn respond(&mut self, head: &Head, _: Option<u16>) -> Answer<u32> {
+            self.seen.push(head.path.clone());
+            let mut block = Vec::new();
+            Encoder::status(&mut block, 200);
+            Answer {
+                status: 200,
+                block,
+                body: Body::File(crate::serve::model::FileRange {
+                    file: self.file.clone(),
+                    offset: 0,
+                    len: self.len,
+                }),
+                acct: self.seen.len() as u32,
+            }
+        }
+    }
+
+    #[test]
+    fn requests_past_the_file_streams_wait_and_are_answered_by_urgency() {
+        use std::io::Write;
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&[7; 100_000]).unwrap();
+        let mut p = OneFile {
+            file: Arc::new(f),
+            len: 100_000,
+            seen: vec![],
+        };
+        let mut c = Conn::new(Limits {
+            max_streams: 100,
+            ..limits()
+        });
+        // Stream windows of 0: every file stream stays open.
+        let mut input = frame::PREFACE.to_vec();
+        frame::put_settings(&mut input, &[(frame::SETTINGS_INITIAL_WINDOW_SIZE, 0)]);
+        for k in 0..20u32 {
+            let u = if k == 19 { "u=0" } else { "u=3" };
+            get_with(&mut input, 1 + 2 * k, &format!("/f{k}"), u);
+        }
+        c.recv(&input, &mut p);
+        let out = frames(&drive(&mut c, &mut p));
+        assert_eq!(p.seen.len(), FILE_STREAMS, "{:?}", p.seen);
+        assert_eq!(out.iter().filter(|f| f.0 == 1).count(), FILE_STREAMS);
+        assert_eq!(c.open_streams(), 20);
+        assert!(!c.has_output());
+        let rst = |id| {
+            let mut b = Vec::new();
+            frame::put_rst_stream(&mut b, id, ErrorCode::Cancel);
+            b
+        };
+        // A waiting request the client gives up is never answered.
+        c.recv(&rst(37), &mut p);
+        // A file stream ends: the most urgent waiting request is answered,
+        // its HEADERS written.
+        c.recv(&rst(1), &mut p);
+        let out = frames(&drive(&mut c, &mut p));
+        assert_eq!(p.seen.last().unwrap(), "/f19");
+        assert!(out.contains(&(1, 4, 39, out.iter().find(|f| f.2 == 39).unwrap().3)));
+        // Then the others in the order they came.
+        for (id, path) in [(3, "/f8"), (5, "/f9"), (7, "/f10")] {
+            c.recv(&rst(id), &mut p);
+            drive(&mut c, &mut p);
+            assert_eq!(p.seen.last().unwrap(), path);
+        }
+        assert_eq!(c.open_streams(), 20 - 5);
+        // Windows open: every stream is sent whole, the waiting ones as
+        // slots free, /f18 (reset while waiting) never.
+        let mut wu = Vec::new();
+        frame::put_window_update(&mut wu, 0, 1 << 24);
+        frame::put_settings(&mut wu, &[(frame::SETTINGS_INITIAL_WINDOW_SIZE, 1 << 20)]);
+        c.recv(&wu, &mut p);
+        let out = frames(&drive(&mut c, &mut p));
+        assert_eq!(c.open_streams(), 0);
+        assert_eq!(p.seen.len(), 19);
+        assert!(!p.seen.iter().any(|s| s == "/f18"));
+        let data: u32 = out.iter().filter(|f| f.0 == 0).map(|f| f.3).sum();
+        assert_eq!(data as u64, 15 * 100_000);
+        assert_eq!(c.take_finished().filter(|f| f.complete).count(), 15);
+    }
+
     #[test]
     fn a_drain_sends_two_goaways_and_ignores_newer_streams() {
         let mut c = Conn::new(limits());
@@ -1336,7 +1528,7 @@ mod tests {
         get(&mut input, 1, "/a");
         c.recv(&input, &mut p);
         c.drain();
-        let out = frames(&drive(&mut c));
+        let out = frames(&drive(&mut c, &mut p));
         assert!(out.iter().any(|f| f.0 == 7) && out.iter().any(|f| f.0 == 6 && f.1 == 0));
         assert!(!c.done());
         let mut b = Vec::new();
@@ -1347,7 +1539,7 @@ mod tests {
         c.recv(&b, &mut p);
         // /b came before the PING's ACK: answered; /c after: not.
         assert_eq!(p.seen, ["/a", "/b"]);
-        drive(&mut c);
+        drive(&mut c, &mut p);
         assert!(c.done());
     }
 }

@@ -11,6 +11,7 @@
 //! write holds), then `sendfile()` of a payload sized to fill the record.
 
 mod conn;
+pub(super) use conn::FILE_STREAMS;
 mod request;
 
 use super::handler::{self, Route};
@@ -305,7 +306,7 @@ async fn drive<T: Transport>(
                 }
                 w.buf.clear();
                 w.pos = 0;
-                match conn.fill(&mut w.buf) {
+                match conn.fill(&mut w.buf, &mut site) {
                     Ok(f) => w.file = f,
                     Err((stream, e)) => {
                         let e = match e.kind() {

@@ -182,6 +182,32 @@ impl Head {
         }
     }
 
+    /// What the request holds on the heap: the bytes a waiting request
+    /// weighs.
+    pub fn heap_size(&self) -> usize {
+        let opt = |o: &Option<String>| o.as_ref().map_or(0, String::capacity);
+        std::mem::size_of::<Head>()
+            + self.method_text.capacity()
+            + self.path.capacity()
+            + [
+                &self.authority,
+                &self.host,
+                &self.range,
+                &self.if_match,
+                &self.if_none_match,
+                &self.if_modified_since,
+                &self.if_unmodified_since,
+                &self.if_range,
+                &self.accept_encoding,
+                &self.user_agent,
+                &self.referer,
+                &self.priority,
+            ]
+            .into_iter()
+            .map(opt)
+            .sum::<usize>()
+    }
+
     /// A pseudo-header came (not allowed in trailers, §8.1).
     pub fn has_pseudo(&self) -> bool {
         self.pseudo_seen != 0
