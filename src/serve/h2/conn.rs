@@ -208,6 +208,8 @@ pub(super) struct Conn<A> {
     /// Streams whose request waits ([`Cursor::Waiting`]), and their bytes.
     waiting: usize,
     waiting_bytes: usize,
+    /// Streams whose body comes from a file ([`Cursor::File`]).
+    files: usize,
     pub counts: Counts,
 }
 
@@ -252,6 +254,7 @@ impl<A> Conn<A> {
             last_incremental: 0,
             waiting: 0,
             waiting_bytes: 0,
+            files: 0,
             counts: Counts::default(),
         }
     }
@@ -450,9 +453,13 @@ impl<A> Conn<A> {
             return;
         };
         let s = self.streams.remove(i);
-        if let Cursor::Waiting(_, size) = s.body {
-            self.waiting -= 1;
-            self.waiting_bytes -= size;
+        match s.body {
+            Cursor::Waiting(_, size) => {
+                self.waiting -= 1;
+                self.waiting_bytes -= size;
+            }
+            Cursor::File { .. } => self.files -= 1,
+            _ => {}
         }
         // A request that never got its answer has nothing to account.
         if let Some(acct) = s.acct {
@@ -850,7 +857,7 @@ impl<A> Conn<A> {
             wire: 0,
             acct: None,
         };
-        if status.is_none() && (self.waiting > 0 || self.file_streams() >= FILE_STREAMS) {
+        if status.is_none() && (self.waiting > 0 || self.files >= FILE_STREAMS) {
             let size = head.heap_size();
             if self.waiting_bytes + size > WAITING_MAX {
                 self.counts.refused += 1;
@@ -896,6 +903,9 @@ impl<A> Conn<A> {
             },
         };
         let done = matches!(body, Cursor::Done);
+        if matches!(body, Cursor::File { .. }) {
+            self.files += 1;
+        }
         let id = self.streams[i].id;
         let at = self.queued.len();
         frame::put_headers(
@@ -915,17 +925,9 @@ impl<A> Conn<A> {
         }
     }
 
-    /// Streams whose body comes from a file.
-    fn file_streams(&self) -> usize {
-        self.streams
-            .iter()
-            .filter(|s| matches!(s.body, Cursor::File { .. }))
-            .count()
-    }
-
     /// Whether a waiting request can be answered now.
     fn can_answer(&self) -> bool {
-        self.waiting > 0 && self.closing.is_none() && self.file_streams() < FILE_STREAMS
+        self.waiting > 0 && self.closing.is_none() && self.files < FILE_STREAMS
     }
 
     /// Answer waiting requests while file streams are free: the most
@@ -1088,7 +1090,12 @@ impl<A> Conn<A> {
             s.wire += p + HEADER_LEN as u64;
             self.send_window -= p as i64;
             if end {
-                s.body = Cursor::Done;
+                if matches!(
+                    std::mem::replace(&mut s.body, Cursor::Done),
+                    Cursor::File { .. }
+                ) {
+                    self.files -= 1;
+                }
                 self.complete(id);
             }
             if file_part.is_some() {
