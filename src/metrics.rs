@@ -209,6 +209,10 @@ const RELOAD_FAILED: &str = "reload_failed";
 pub enum Format {
     /// OpenMetrics 1.0 text, what Prometheus asks for first.
     OpenMetrics,
+    /// The same text to a scraper that accepts only version 0.0.1 (the
+    /// draft 1.0.0 was released as; nothing differs in what is written
+    /// here), labelled with the version it asked for.
+    OpenMetrics001,
     /// The Prometheus text format 0.0.4: what anything else gets
     /// (`promtool check metrics`, older scrapers, a browser, curl).
     Text,
@@ -243,10 +247,11 @@ impl Format {
                     }
                 }
                 let version = version.as_deref();
-                let format = if kind.eq_ignore_ascii_case("application/openmetrics-text")
-                    && matches!(version, None | Some("1.0.0") | Some("0.0.1"))
-                {
+                let om = kind.eq_ignore_ascii_case("application/openmetrics-text");
+                let format = if om && matches!(version, None | Some("1.0.0")) {
                     Some(Format::OpenMetrics)
+                } else if om && version == Some("0.0.1") {
+                    Some(Format::OpenMetrics001)
                 } else if kind.eq_ignore_ascii_case("text/plain")
                     && matches!(version, None | Some("0.0.4"))
                 {
@@ -270,6 +275,7 @@ impl Format {
     pub fn content_type(self) -> &'static str {
         match self {
             Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::OpenMetrics001 => "application/openmetrics-text; version=0.0.1; charset=utf-8",
             Format::Text => "text/plain; version=0.0.4; charset=utf-8",
         }
     }
@@ -997,7 +1003,7 @@ impl Metrics {
         // Writing to a String does not fail.
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
         match format {
-            Format::OpenMetrics => s,
+            Format::OpenMetrics | Format::OpenMetrics001 => s,
             Format::Text => openmetrics_to_text(&s),
         }
     }
@@ -1200,6 +1206,11 @@ mod tests {
                 OpenMetrics,
             ),
             // Versions this encoder does not write, and q=0, are not asked for.
+            // Only the draft version: answered as such.
+            (
+                Some("application/openmetrics-text;version=0.0.1,text/plain;q=0.5"),
+                OpenMetrics001,
+            ),
             (Some("application/openmetrics-text;version=2.0.0"), Text),
             (Some("application/openmetrics-text;q=0"), Text),
             (
