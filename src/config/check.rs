@@ -278,6 +278,9 @@ fn describe_site(
             .collect();
         let _ = writeln!(out, "  alpn {}", alpn.join(", "));
     }
+    if let Some(tls) = site.tls.describe() {
+        let _ = writeln!(out, "  {tls}");
+    }
     if site.acme {
         let stored = match crate::acme::load_stored(acme, &site.names) {
             Ok(Some(i)) => format!(

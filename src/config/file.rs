@@ -149,6 +149,18 @@ pub struct SiteFile {
     pub alpn: Option<Vec<String>>,
     pub limits: SiteLimits,
     pub timeouts: SiteTimeouts,
+    /// TLS versions: `["1.2", "1.3"]` or `["1.3"]` (default: the top
+    /// level's, else both).
+    pub tls_versions: Option<Vec<String>>,
+    /// Cipher suites allowed, by IANA name (default: the top level's, else
+    /// every suite tlsfront offers).
+    pub ciphers: Option<Vec<String>>,
+    /// Key exchange groups, most preferred first (default: the top
+    /// level's, else X25519MLKEM768, X25519, P-256).
+    pub kx_groups: Option<Vec<String>>,
+    /// RFC 8879 certificate compression (default: the top level's, else
+    /// on).
+    pub cert_compression: Option<bool>,
     /// Access log: a path, `stdout` or `off` (default: the top level's).
     pub access_log: Option<String>,
     pub access_log_format: Option<crate::accesslog::Format>,
@@ -218,6 +230,13 @@ pub struct FileConfig {
     /// Seconds a kept file's path is trusted before it is looked up again.
     pub open_file_cache_valid: Option<f64>,
 
+    /// Every site's TLS versions, cipher suites, key exchange groups and
+    /// certificate compression unless it sets its own.
+    pub tls_versions: Option<Vec<String>>,
+    pub ciphers: Option<Vec<String>>,
+    pub kx_groups: Option<Vec<String>>,
+    pub cert_compression: Option<bool>,
+
     // The one site of a file without `[[site]]`.
     pub names: Vec<String>,
     pub cert: Option<OneOrMany>,
@@ -235,6 +254,58 @@ pub struct FileConfig {
     pub alpn: Option<Vec<String>>,
 
     pub site: Vec<Spanned<SiteFile>>,
+}
+
+/// The keys of a handshake policy as written, at the top level or in a
+/// `[[site]]` (resolved by [`crate::tls::policy::Policy::from_names`]).
+#[derive(Clone, Debug, Default)]
+pub struct TlsFile {
+    pub tls_versions: Option<Vec<String>>,
+    pub ciphers: Option<Vec<String>>,
+    pub kx_groups: Option<Vec<String>>,
+    pub cert_compression: Option<bool>,
+}
+
+impl TlsFile {
+    /// These keys, each one left out taken from `under`.
+    pub fn over(&self, under: &TlsFile) -> TlsFile {
+        TlsFile {
+            tls_versions: self.tls_versions.clone().or(under.tls_versions.clone()),
+            ciphers: self.ciphers.clone().or(under.ciphers.clone()),
+            kx_groups: self.kx_groups.clone().or(under.kx_groups.clone()),
+            cert_compression: self.cert_compression.or(under.cert_compression),
+        }
+    }
+
+    /// Whether the key of this policy setting is set here.
+    pub fn sets(&self, key: &str) -> bool {
+        match key {
+            "tls_versions" => self.tls_versions.is_some(),
+            "ciphers" => self.ciphers.is_some(),
+            "kx_groups" => self.kx_groups.is_some(),
+            _ => self.cert_compression.is_some(),
+        }
+    }
+
+    pub fn policy(&self) -> Result<crate::tls::policy::Policy, crate::tls::policy::PolicyError> {
+        crate::tls::policy::Policy::from_names(
+            self.tls_versions.as_deref(),
+            self.ciphers.as_deref(),
+            self.kx_groups.as_deref(),
+            self.cert_compression,
+        )
+    }
+}
+
+impl SiteFile {
+    pub fn tls(&self) -> TlsFile {
+        TlsFile {
+            tls_versions: self.tls_versions.clone(),
+            ciphers: self.ciphers.clone(),
+            kx_groups: self.kx_groups.clone(),
+            cert_compression: self.cert_compression,
+        }
+    }
 }
 
 /// A file that could not be read or parsed.
@@ -273,6 +344,16 @@ impl FileConfig {
         let base = path.parent().unwrap_or(Path::new("."));
         cfg.rebase(base);
         Ok((cfg, text))
+    }
+
+    /// The top level's handshake policy keys (every site's defaults).
+    pub fn tls(&self) -> TlsFile {
+        TlsFile {
+            tls_versions: self.tls_versions.clone(),
+            ciphers: self.ciphers.clone(),
+            kx_groups: self.kx_groups.clone(),
+            cert_compression: self.cert_compression,
+        }
     }
 
     pub fn parse(text: &str) -> Result<FileConfig, toml::de::Error> {

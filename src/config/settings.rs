@@ -89,6 +89,9 @@ pub struct Site {
     pub acme: bool,
     pub job: Job,
     pub alpn: Vec<Vec<u8>>,
+    /// TLS versions, cipher suites, key exchange groups, certificate
+    /// compression.
+    pub tls: crate::tls::policy::Policy,
     pub limits: Limits,
     pub timeouts: Timeouts,
     pub access_log: crate::accesslog::LogConfig,
@@ -314,6 +317,13 @@ pub fn resolve(
         &Default::default(),
         &o("access_log"),
     )?;
+    // Checked on its own, so that a bad top-level value is named there
+    // even when every site sets its own.
+    let top_tls = file.tls();
+    top_tls.policy().map_err(|e| ConfigError::Invalid {
+        origin: o(e.setting().key()),
+        message: e.to_string(),
+    })?;
     let mut sites = Vec::with_capacity(raw.len());
     let mut owner: HashMap<String, usize> = HashMap::new();
     let mut default_site = None;
@@ -323,8 +333,8 @@ pub fn resolve(
             (origin, site_at),
             s.clone(),
             (text, file.headers.as_ref(), file.server_tokens, file.http2),
-            &file.limits,
-            &file.timeouts,
+            &top_tls,
+            (&file.limits, &file.timeouts),
             origins,
             single.then_some(default_root).flatten(),
         )?;
@@ -517,8 +527,8 @@ fn resolve_site(
         Option<bool>,
         Option<bool>,
     ),
-    limits: &Limits,
-    timeouts: &Timeouts,
+    top_tls: &super::file::TlsFile,
+    (limits, timeouts): (&Limits, &Timeouts),
     origins: &Origins,
     default_root: Option<&Path>,
 ) -> Result<Site, ConfigError> {
@@ -697,6 +707,22 @@ fn resolve_site(
         }
     }
 
+    // The site's own keys over the top level's; an error names the one
+    // that is set (the site's, else the top level's).
+    let site_tls = s.tls();
+    let tls = site_tls.over(top_tls).policy().map_err(|e| {
+        let key = e.setting().key();
+        let origin = if !site_tls.sets(key) && top_tls.sets(key) {
+            origins.of_in(key, text)
+        } else {
+            at(key)
+        };
+        ConfigError::Invalid {
+            origin,
+            message: e.to_string(),
+        }
+    })?;
+
     let mut site_limits = limits.clone();
     let l = &s.limits;
     for (slot, v) in [
@@ -769,6 +795,7 @@ fn resolve_site(
         ocsp,
         job,
         alpn: alpn.into_iter().map(String::into_bytes).collect(),
+        tls,
         limits: site_limits,
         timeouts: site_timeouts,
         access_log: Default::default(),
@@ -992,6 +1019,26 @@ mod tests {
                 "config file /etc/t.toml, line 3, setting admin: admin address 127.0.0.1:8443 is also a listen address (127.0.0.1:8443)",
             ),
             (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nkx_groups = [\"X448\"]\n",
+                "line 4 ([[site]] #1), setting kx_groups: \"X448\" is not a key exchange group tlsfront offers: give some of X25519MLKEM768, X25519, P-256",
+            ),
+            (
+                "kx_groups = []\nroot = \"/x\"\n",
+                "config file /etc/t.toml, line 1, setting kx_groups: an empty list",
+            ),
+            (
+                "tls_versions = [\"1.3\"]\n[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nciphers = [\"TLS_AES_128_GCM_SHA256\", \"TLS_RC4\"]\n",
+                "line 5 ([[site]] #1), setting ciphers: \"TLS_RC4\" is not a cipher suite tlsfront offers",
+            ),
+            (
+                "ciphers = [\"TLS_AES_128_GCM_SHA256\"]\n[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\n",
+                "config file /etc/t.toml, line 1, setting ciphers: no TLS 1.2 suite is left",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\ntls_versions = []\n",
+                "line 4 ([[site]] #1), setting tls_versions: an empty list allows no TLS version",
+            ),
+            (
                 "root = \"/x\"\nlisten = [\"0.0.0.0:443\"]\nadmin = \"127.0.0.1:443\"\n",
                 "setting admin: admin address 127.0.0.1:443 is also a listen address (0.0.0.0:443)",
             ),
@@ -999,6 +1046,25 @@ mod tests {
             let e = from_text(text).unwrap_err().to_string();
             assert!(e.contains(want), "{text}\n=> {e}\nwanted: {want}");
         }
+    }
+
+    #[test]
+    fn tls_policies_are_the_sites_over_the_top_levels() {
+        use crate::tls::policy::{Group, Version};
+        let s = from_text(
+            "kx_groups = [\"X25519\", \"P-256\"]\ncert_compression = false\n\
+             [[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\ntls_versions = [\"1.3\"]\n\
+             [[site]]\nnames = [\"b.test\"]\nroot = \"/x\"\nkx_groups = [\"X25519MLKEM768\", \"X25519\"]\n\
+             cert_compression = true\n",
+        )
+        .unwrap();
+        let (a, b) = (&s.sites[0].tls, &s.sites[1].tls);
+        assert_eq!(a.versions, [Version::Tls13]);
+        assert_eq!(a.groups, [Group::X25519, Group::P256]);
+        assert!(!a.cert_compression);
+        assert_eq!(b.versions, [Version::Tls13, Version::Tls12]);
+        assert_eq!(b.groups, [Group::X25519MlKem768, Group::X25519]);
+        assert!(b.cert_compression);
     }
 
     #[test]

@@ -274,7 +274,7 @@ fn acme_site_tls(
         .map_err(|e| in_site(&e))?;
     let expiry = not_after(&key).map(|t| ("acme".to_string(), t));
     let tls = shared
-        .site(vec![key], site.alpn.clone())
+        .site(vec![key], site.alpn.clone(), &site.tls)
         .map_err(|e| in_site(&e))?;
     Ok((tls, state, expiry.into_iter().collect()))
 }
@@ -389,7 +389,7 @@ fn site_tls(
         keys.push(key);
     }
     let tls = shared
-        .site(keys, site.alpn.clone())
+        .site(keys, site.alpn.clone(), &site.tls)
         .map_err(|e| in_site(&e))?;
     Ok((tls, recheck, expiry))
 }

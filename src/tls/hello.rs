@@ -3,7 +3,9 @@
 //! it, and the PROXY v2 authority TLV needs it), whether the client offers
 //! a ticket to resume with (which picks the configuration, see
 //! [`super::ServerConfigs`]), and the checks rustls 0.23 does not make on a
-//! ClientHello ([`Refusal`]). Read from the whole ClientHello message, put
+//! ClientHello ([`Refusal`]), and the key exchange groups it lists and
+//! sends key shares for (which pick the site's configuration for the
+//! group, see [`super::policy::Policy::choose_group`]). Read from the whole ClientHello message, put
 //! together from as many handshake records as it spans ([`gather`]), so a
 //! split ClientHello cannot slip past the checks. Bounds-checked at every
 //! step; anything unexpected (a malformed message, which rustls rejects
@@ -102,6 +104,9 @@ pub struct Hello {
     pub acme_challenge: bool,
     /// tlsfront ends the handshake with this refusal's alert.
     pub refusal: Option<Refusal>,
+    /// The groups (of tlsfront's) it lists and sends shares for, and
+    /// whether it offers TLS 1.3.
+    pub offered: super::policy::Offered,
 }
 
 /// The ClientHello at the start of the bytes a client sent.
@@ -228,6 +233,20 @@ fn parse(msg: &[u8], hello: &mut Hello) -> Option<()> {
                     offers_tls13 |= ProtocolVersion::from(v) == ProtocolVersion::TLSv1_3;
                 }
             }
+            extension::SUPPORTED_GROUPS => {
+                let mut list = Reader(Reader(data).vec16()?);
+                while let Some(g) = list.u16() {
+                    hello.offered.supports(g);
+                }
+            }
+            extension::KEY_SHARE => {
+                let mut list = Reader(Reader(data).vec16()?);
+                while !list.0.is_empty() {
+                    let group = list.u16()?;
+                    list.vec16()?;
+                    hello.offered.shares(group);
+                }
+            }
             extension::RENEGOTIATION_INFO => {
                 renegotiating = Reader(data).vec8().is_some_and(|v| !v.is_empty());
             }
@@ -239,6 +258,7 @@ fn parse(msg: &[u8], hello: &mut Hello) -> Option<()> {
             _ => {}
         }
     }
+    hello.offered.tls13 = offers_tls13;
     let fallback = suites
         .chunks_exact(2)
         .any(|s| CipherSuite::from(u16::from_be_bytes([s[0], s[1]])) == TLS_FALLBACK_SCSV);
@@ -288,6 +308,9 @@ mod tests {
         versions: &'a [u16],
         reneg: Option<&'a [u8]>,
         alpn: &'a [&'a [u8]],
+        /// `supported_groups`, and the groups of `key_share` entries.
+        groups: &'a [u16],
+        shares: &'a [u16],
     }
 
     const TLS13: Spec<'static> = Spec {
@@ -298,6 +321,8 @@ mod tests {
         versions: &[0x0304, 0x0303],
         reneg: None,
         alpn: &[],
+        groups: &[],
+        shares: &[],
     };
 
     fn ext(out: &mut Vec<u8>, typ: u16, data: &[u8]) {
@@ -339,6 +364,25 @@ mod tests {
             let mut data = (list.len() as u16).to_be_bytes().to_vec();
             data.extend_from_slice(&list);
             ext(&mut exts, 16, &data);
+        }
+        if !spec.groups.is_empty() {
+            let mut data = ((spec.groups.len() * 2) as u16).to_be_bytes().to_vec();
+            for g in spec.groups {
+                data.extend_from_slice(&g.to_be_bytes());
+            }
+            ext(&mut exts, 10, &data);
+        }
+        if !spec.shares.is_empty() {
+            // Each entry: group, then a 32-byte key.
+            let mut list = Vec::new();
+            for g in spec.shares {
+                list.extend_from_slice(&g.to_be_bytes());
+                list.extend_from_slice(&[0, 32]);
+                list.extend_from_slice(&[5; 32]);
+            }
+            let mut data = (list.len() as u16).to_be_bytes().to_vec();
+            data.extend_from_slice(&list);
+            ext(&mut exts, 51, &data);
         }
         if spec.psk {
             // One identity (4 bytes, age 0), one 32-byte binder.
@@ -385,7 +429,37 @@ mod tests {
             ..TLS13
         });
         assert_eq!(h.sni.as_deref(), Some("example.com"));
-        assert_eq!(hello(&TLS13), Hello::default());
+        let mut plain = Hello::default();
+        plain.offered.tls13 = true;
+        assert_eq!(hello(&TLS13), plain);
+    }
+
+    /// The groups listed and shared pick the site's group (0x11ec:
+    /// X25519MLKEM768, 0x1d: X25519, 0x17: P-256, 0x1e: X448).
+    #[test]
+    fn reads_the_groups_and_key_shares() {
+        use super::super::policy::{Group, Policy};
+        let p = Policy::default();
+        let pick = |versions, groups, shares| {
+            let h = hello(&Spec {
+                versions,
+                groups,
+                shares,
+                ..TLS13
+            });
+            p.choose_group(&h.offered)
+        };
+        let all: &[u16] = &[0x1e, 0x11ec, 0x1d, 0x17];
+        assert_eq!(
+            pick(&[0x0304], all, &[0x11ec, 0x1d]),
+            Some(Group::X25519MlKem768)
+        );
+        assert_eq!(pick(&[0x0304], all, &[0x1e, 0x1d]), Some(Group::X25519));
+        assert_eq!(pick(&[0x0304], all, &[0x1e]), Some(Group::X25519MlKem768));
+        assert_eq!(pick(&[0x0304], &[0x17], &[0x1d]), Some(Group::P256));
+        // TLS 1.2 cannot use ML-KEM.
+        assert_eq!(pick(&[0x0303], all, &[]), Some(Group::X25519));
+        assert_eq!(pick(&[0x0304], &[0x1e], &[0x1e]), None);
     }
 
     /// RFC 8737 §3: a validation offers `acme-tls/1` and nothing else.

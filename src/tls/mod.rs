@@ -1,14 +1,16 @@
 //! rustls on the server side: one `ServerConfig` per site, all of them
 //! built on one session cache and one set of ticket keys ([`TlsShared`],
 //! common to every worker and kept across reloads); each site's
-//! certificates, chosen by the client's signature algorithms; the
-//! record-by-record handshake, and the user-space data path.
+//! certificates, chosen by the client's signature algorithms, and its
+//! handshake policy ([`policy`]); the record-by-record handshake, and the
+//! user-space data path.
 
 pub mod handshake;
 mod hello;
 mod hkdf;
 pub mod ocsp;
 pub(crate) mod outbuf;
+pub mod policy;
 pub mod tickets;
 pub mod userspace;
 pub(crate) mod wire;
@@ -72,8 +74,8 @@ impl Default for TlsOptions {
 }
 
 /// The crypto provider: aws-lc-rs restricted to kTLS-capable suites and to
-/// X25519 and P-256 key exchange, its TLS 1.3 HKDF on keyed HMAC contexts
-/// (see `hkdf`).
+/// X25519MLKEM768, X25519 and P-256 key exchange (each site narrows them,
+/// see [`policy`]), its TLS 1.3 HKDF on keyed HMAC contexts (see `hkdf`).
 pub fn provider() -> CryptoProvider {
     let base = hkdf::keyed_hkdf(aws_lc_rs::default_provider());
     CryptoProvider {
@@ -83,7 +85,7 @@ pub fn provider() -> CryptoProvider {
             .copied()
             .filter(|s| SUITES.contains(&s.suite()))
             .collect(),
-        kx_groups: vec![aws_lc_rs::kx_group::X25519, aws_lc_rs::kx_group::SECP256R1],
+        kx_groups: policy::Group::ALL.iter().map(|g| g.kx()).collect(),
         ..base
     }
 }
@@ -133,30 +135,66 @@ impl TlsShared {
             .map_err(TlsConfigError::Identity)
     }
 
-    /// The configurations of one site: its certificates (at least one) and
-    /// ALPN list, on the shared cache and ticket keys.
+    /// The configurations of one site: its certificates (at least one),
+    /// ALPN list and handshake policy, on the shared cache and ticket keys.
     pub fn site(
         &self,
         certs: Vec<Arc<CertifiedKey>>,
         alpn: Vec<Vec<u8>>,
+        policy: &policy::Policy,
     ) -> Result<ServerConfigs, TlsConfigError> {
-        let mut cfg = ServerConfig::builder_with_provider(self.provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-            .map_err(TlsConfigError::Setup)?
-            .with_no_client_auth()
-            .with_cert_resolver(Arc::new(SiteCerts::new(certs)));
-        cfg.alpn_protocols = alpn;
-        // Needed for the kernel handoff (`dangerous_into_kernel_connection`).
-        cfg.enable_secret_extraction = true;
-        cfg.session_storage = self.cache.clone();
-        cfg.ticketer = self.tickets.clone();
-        cfg.send_tls13_tickets = self.opts.tls13_tickets;
-        cfg.max_early_data_size = 0;
-        let mut resuming = cfg.clone();
-        resuming.send_tls13_tickets = self.opts.tls13_tickets.min(1);
+        let resolver: Arc<dyn ResolvesServerCert> = Arc::new(SiteCerts::new(certs));
+        // One cache of compressed certificates for all of the site's
+        // configurations (rustls' default size).
+        let compression_cache = Arc::new(rustls::compress::CompressionCache::default());
+        let pair = |groups: &[policy::Group]| -> Result<Pair, TlsConfigError> {
+            let provider = CryptoProvider {
+                cipher_suites: self
+                    .provider
+                    .cipher_suites
+                    .iter()
+                    .copied()
+                    .filter(|s| policy.suites.contains(&s.suite()))
+                    .collect(),
+                kx_groups: groups.iter().map(|g| g.kx()).collect(),
+                ..(*self.provider).clone()
+            };
+            let mut cfg = ServerConfig::builder_with_provider(Arc::new(provider))
+                .with_protocol_versions(&policy.rustls_versions())
+                .map_err(TlsConfigError::Setup)?
+                .with_no_client_auth()
+                .with_cert_resolver(resolver.clone());
+            cfg.alpn_protocols = alpn.clone();
+            // Needed for the kernel handoff (`dangerous_into_kernel_connection`).
+            cfg.enable_secret_extraction = true;
+            cfg.session_storage = self.cache.clone();
+            cfg.ticketer = self.tickets.clone();
+            cfg.send_tls13_tickets = self.opts.tls13_tickets;
+            cfg.max_early_data_size = 0;
+            // RFC 8879 (TLS 1.3 only): the handshake's Certificate message,
+            // compressed once per certificate and kept; what kTLS carries
+            // afterwards is not concerned.
+            cfg.cert_compressors = if policy.cert_compression {
+                rustls::compress::default_cert_compressors().to_vec()
+            } else {
+                Vec::new()
+            };
+            cfg.cert_compression_cache = compression_cache.clone();
+            let mut resuming = cfg.clone();
+            resuming.send_tls13_tickets = self.opts.tls13_tickets.min(1);
+            Ok(Pair {
+                full: Arc::new(cfg),
+                resuming: Arc::new(resuming),
+            })
+        };
+        let mut by_group = Vec::with_capacity(policy.groups.len());
+        for g in &policy.groups {
+            by_group.push((*g, pair(std::slice::from_ref(g))?));
+        }
         Ok(ServerConfigs {
-            full: Arc::new(cfg),
-            resuming: Arc::new(resuming),
+            all: pair(&policy.groups)?,
+            by_group,
+            policy: Arc::new(policy.clone()),
         })
     }
 }
@@ -189,13 +227,25 @@ impl ResolvesServerCert for SiteCerts {
     }
 }
 
-/// One site's server configurations. They differ only in how many TLS 1.3
-/// tickets follow the handshake; the session cache, the ticket keys and the
-/// certificates are the same objects in both.
+/// A full handshake's configuration and a resumption's: they differ only
+/// in how many TLS 1.3 tickets follow the handshake.
 #[derive(Clone)]
-pub struct ServerConfigs {
+struct Pair {
     full: Arc<ServerConfig>,
     resuming: Arc<ServerConfig>,
+}
+
+/// One site's server configurations: one pair per key exchange group the
+/// site allows (with that group alone, so that the site's order of
+/// preference decides: rustls would take the client's), and one with all
+/// of them for a ClientHello that lists none. The session cache, the
+/// ticket keys, the certificates and the compressed certificates are the
+/// same objects in all of them.
+#[derive(Clone)]
+pub struct ServerConfigs {
+    all: Pair,
+    by_group: Vec<(policy::Group, Pair)>,
+    policy: Arc<policy::Policy>,
 }
 
 impl ServerConfigs {
@@ -206,7 +256,9 @@ impl ServerConfigs {
         (self.for_hello(&hello), hello)
     }
 
-    /// The configuration for a connection with this ClientHello.
+    /// The configuration for a connection with this ClientHello: for the
+    /// key exchange group the site's policy picks for it
+    /// ([`policy::Policy::choose_group`]).
     ///
     /// A client that offers a ticket gets at most one new ticket, as from
     /// OpenSSL: it keeps one ticket per resumption, and each ticket costs an
@@ -215,11 +267,21 @@ impl ServerConfigs {
     /// (An offered ticket that turns out stale still means a full
     /// handshake, with one ticket instead of two: harmless.)
     pub fn for_hello(&self, hello: &hello::Hello) -> Arc<ServerConfig> {
+        let pair = self
+            .policy
+            .choose_group(&hello.offered)
+            .and_then(|g| self.by_group.iter().find(|(h, _)| *h == g))
+            .map_or(&self.all, |(_, p)| p);
         if hello.offers_psk {
-            self.resuming.clone()
+            pair.resuming.clone()
         } else {
-            self.full.clone()
+            pair.full.clone()
         }
+    }
+
+    /// The site's handshake policy.
+    pub fn policy(&self) -> &policy::Policy {
+        &self.policy
     }
 }
 
@@ -238,7 +300,7 @@ pub fn server_config(
         ),
     );
     let cert = shared.certified_key(chain, crate::config::cert::Key::Der(key))?;
-    shared.site(vec![cert], opts.alpn.clone())
+    shared.site(vec![cert], opts.alpn.clone(), &policy::Policy::default())
 }
 
 /// The ClientHello reader, for the parser robustness tests.

@@ -34,9 +34,11 @@ impl From<AlertLevel> for u8 {
 /// ClientHello extension types (IANA "TLS ExtensionType Values").
 pub mod extension {
     pub const SERVER_NAME: u16 = 0;
+    pub const SUPPORTED_GROUPS: u16 = 10;
     pub const ALPN: u16 = 16;
     pub const PRE_SHARED_KEY: u16 = 41;
     pub const SUPPORTED_VERSIONS: u16 = 43;
+    pub const KEY_SHARE: u16 = 51;
     pub const RENEGOTIATION_INFO: u16 = 0xff01;
 }
 
