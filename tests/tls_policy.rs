@@ -7,8 +7,9 @@
 //! HelloRetryRequest for a client that sends only an X25519 share, the
 //! site's order over the client's) and the metric that counts it, RFC
 //! 8879 certificate compression seen in the size of the server's first
-//! flight, a reload that changes a policy, and `config check` refusing bad
-//! names.
+//! flight, headless Chromium negotiating X25519MLKEM768 and taking the
+//! compressed certificate (its net log), a reload that changes a policy,
+//! and `config check` refusing bad names.
 
 mod common;
 
@@ -18,7 +19,7 @@ use rustls::pki_types::ServerName;
 use rustls::{HandshakeKind, NamedGroup};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,8 +28,8 @@ use std::time::Duration;
 /// only, ChaCha20 only, X25519 only), `order.test` (X25519 before
 /// X25519MLKEM768), `one12.test` (one TLS 1.2 suite), `plain.test`
 /// (certificate compression off), all under one certificate whose many
-/// names make it compress well.
-fn config(dir: &Path, ca: &Ca, default_extra: &str) -> std::path::PathBuf {
+/// names make it compress well. The file's path, and the certificate's.
+fn config(dir: &Path, ca: &Ca, default_extra: &str) -> (PathBuf, PathBuf) {
     let mut names: Vec<String> = ["default", "strict", "order", "one12", "plain"]
         .iter()
         .map(|n| format!("{n}.test"))
@@ -61,7 +62,7 @@ fn config(dir: &Path, ca: &Ca, default_extra: &str) -> std::path::PathBuf {
     .concat();
     let path = dir.join("policy.toml");
     std::fs::write(&path, text).unwrap();
-    path
+    (path, cert)
 }
 
 /// `openssl s_client` to `name` with `args`: (succeeded, all it printed).
@@ -168,7 +169,7 @@ fn metrics(server: &Server) -> String {
 fn versions_and_ciphers_per_site_with_openssl() {
     let ca = Ca::new();
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::run(&config(dir.path(), &ca, ""), &[]);
+    let server = Server::run(&config(dir.path(), &ca, "").0, &[]);
     let ca_arg = ca.pem.display().to_string();
     let port = server.port;
     let ca_args = ["-CAfile", &ca_arg, "-verify_return_error"];
@@ -264,7 +265,7 @@ fn key_exchange_prefers_post_quantum_without_a_retry_and_follows_the_site() {
     use aws_lc_rs::kx_group::{SECP256R1, X25519, X25519MLKEM768};
     let ca = Ca::new();
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::run(&config(dir.path(), &ca, ""), &[]);
+    let server = Server::run(&config(dir.path(), &ca, "").0, &[]);
     let port = server.port;
     let pq = client(&ca.pem, &[X25519MLKEM768, X25519], true);
 
@@ -335,7 +336,7 @@ fn certificate_compression_shrinks_the_first_flight_unless_off() {
     use aws_lc_rs::kx_group::X25519;
     let ca = Ca::new();
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::run(&config(dir.path(), &ca, ""), &[]);
+    let server = Server::run(&config(dir.path(), &ca, "").0, &[]);
     let port = server.port;
     let asks = client(&ca.pem, &[X25519], true);
     let compressed = handshake(port, "default.test", asks.clone()).server_bytes;
@@ -359,7 +360,7 @@ fn certificate_compression_shrinks_the_first_flight_unless_off() {
 fn a_reload_changes_a_sites_versions() {
     let ca = Ca::new();
     let dir = tempfile::tempdir().unwrap();
-    let path = config(dir.path(), &ca, "");
+    let (path, _) = config(dir.path(), &ca, "");
     let server = Server::run(&path, &[]);
     let ca_arg = ca.pem.display().to_string();
     let args = ["-CAfile", &ca_arg, "-tls1_2"];
@@ -420,4 +421,137 @@ fn config_check_refuses_bad_names_naming_the_setting_and_the_valid_ones() {
         );
         assert!(text.contains(&at), "{text}\nwanted: {at}");
     }
+}
+
+/// The SHA-256 of a certificate's public key, base64 (Chromium's
+/// `--ignore-certificate-errors-spki-list`).
+fn spki_hash(cert: &Path) -> String {
+    use rustls::pki_types::pem::PemObject;
+    let der = rustls::pki_types::CertificateDer::from_pem_file(cert).unwrap();
+    let (_, x509) = x509_parser::parse_x509_certificate(&der).unwrap();
+    let digest = ::aws_lc_rs::digest::digest(
+        &::aws_lc_rs::digest::SHA256,
+        x509.tbs_certificate.subject_pki.raw,
+    );
+    const ABC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in digest.as_ref().chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ABC[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// What Chromium's net log says of its TLS handshakes: the key exchange
+/// group of each, and the types of the handshake messages it received.
+fn chromium_handshakes(port: u16, cert: &Path, name: &str) -> (Vec<i64>, Vec<i64>) {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let net_log = dir.path().join("net-log.json");
+    let mut child = tool("chromium")
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-default-apps",
+            "--disable-extensions",
+            "--disable-sync",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            dir.path().join("profile").display()
+        ))
+        .arg(format!(
+            "--host-resolver-rules=MAP {name} 127.0.0.1:{port}, MAP * ~NOTFOUND"
+        ))
+        .arg(format!(
+            "--ignore-certificate-errors-spki-list={}",
+            spki_hash(cert)
+        ))
+        .arg(format!("--log-net-log={}", net_log.display()))
+        .args(["--net-log-capture-mode=Everything", "--dump-dom"])
+        .arg(format!("https://{name}/id.txt"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("run chromium (tests/install-packages.sh installs it)");
+    let status = wait_until(
+        Duration::from_secs(180),
+        "Chromium to load and exit",
+        || {
+            child
+                .try_wait()
+                .unwrap()
+                .ok_or_else(|| "still running".to_string())
+        },
+    );
+    let mut dom = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut dom)
+        .unwrap();
+    assert!(
+        status.success() && dom.contains("policy"),
+        "{status}: {dom}"
+    );
+    let log: serde_json::Value = serde_json::from_slice(&std::fs::read(&net_log).unwrap()).unwrap();
+    let types = &log["constants"]["logEventTypes"];
+    let (connect, received) = (
+        types["SSL_CONNECT"].as_i64().unwrap(),
+        types["SSL_HANDSHAKE_MESSAGE_RECEIVED"].as_i64().unwrap(),
+    );
+    let (mut groups, mut messages) = (Vec::new(), Vec::new());
+    for e in log["events"].as_array().unwrap() {
+        let params = &e["params"];
+        if e["type"].as_i64() == Some(connect) {
+            groups.extend(params["key_exchange_group"].as_i64());
+        } else if e["type"].as_i64() == Some(received) {
+            messages.extend(params["type"].as_i64());
+        }
+    }
+    (groups, messages)
+}
+
+/// A real browser negotiates X25519MLKEM768 and takes the compressed
+/// certificate (handshake message 25, RFC 8879), or the whole one (11)
+/// from the site that turned compression off.
+#[test]
+fn chromium_negotiates_post_quantum_and_a_compressed_certificate() {
+    let ca = Ca::new();
+    let dir = tempfile::tempdir().unwrap();
+    let (path, cert) = config(dir.path(), &ca, "");
+    let server = Server::run(&path, &[]);
+    let (groups, messages) = chromium_handshakes(server.port, &cert, "default.test");
+    assert!(
+        !groups.is_empty() && groups.iter().all(|g| *g == 0x11ec),
+        "key exchange groups {groups:?}"
+    );
+    assert!(
+        messages.contains(&25) && !messages.contains(&11),
+        "handshake messages {messages:?}"
+    );
+    let (groups, messages) = chromium_handshakes(server.port, &cert, "plain.test");
+    assert!(
+        !groups.is_empty() && groups.iter().all(|g| *g == 0x11ec),
+        "{groups:?}"
+    );
+    assert!(
+        messages.contains(&11) && !messages.contains(&25),
+        "handshake messages {messages:?}"
+    );
 }
