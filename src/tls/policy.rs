@@ -174,7 +174,7 @@ pub enum PolicyError {
         "an empty list allows no TLS version: give [\"1.2\", \"1.3\"] (the default) or [\"1.3\"]"
     )]
     NoVersion,
-    #[error("TLS 1.3 cannot be left out (every client that speaks 1.2 also falls back to it from 1.3, and 1.3 is what kTLS and tlsfront's checks are built for): give [\"1.2\", \"1.3\"] or [\"1.3\"]")]
+    #[error("TLS 1.3 cannot be left out (tlsfront refuses a TLS_FALLBACK_SCSV retry without it as a downgrade, RFC 7507): give [\"1.2\", \"1.3\"] or [\"1.3\"]")]
     No13,
     #[error("{name:?} is not a cipher suite tlsfront offers (only the AEADs kTLS carries): give some of {valid}")]
     UnknownCipher { name: String, valid: String },
