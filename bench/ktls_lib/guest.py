@@ -20,10 +20,12 @@ import ctypes
 import itertools
 import json
 import os
+import re
 import resource
 import shutil
 import socket
 import ssl
+import stat
 import struct
 import subprocess
 import sys
@@ -36,6 +38,9 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 from compare_lib import servers as S  # noqa: E402
 
 RUN = "/run/kbench"
+# Not on the guest's root (an overlay of the host's root, over 9p, under a
+# tmpfs): their own file systems.
+OTHER_MOUNTS = ("/proc/", "/dev/", "/sys/", "/run/", "/tmp/")
 # Sites of the "sites" group: the cost of a front for many names.
 SITES = 1000
 SUITES = {
@@ -289,7 +294,7 @@ def start_servers(cfg):
             srv[name] = Server(name, [tlsfront, "serve", os.path.join(RUN, "www"), "--listen",
                                       f"127.0.0.1:{p}", "--cert", cert, "--key", key,
                                       "--workers", "1", "--config", conf], p, "serve")
-    if not only or "h2" in only:
+    if not only or "h2" in only or "pageload" in only:
         # HTTP/2: nginx with `http2` on its listener (1.22 spells it
         # there), and tlsfront with HTTP/2 off for HTTP/1.1 through the
         # same client (tlsfront offers h2 by default).
@@ -818,6 +823,324 @@ def idle_h2(srv, n):
             "tls_curr_rx": t1.get("TlsCurrRxSw", 0) - t0.get("TlsCurrRxSw", 0)}
 
 
+# ---------------------------------------------------------------- page load
+
+# The "pageload" group: a page as a static site serves it, an index.html
+# linking PAGE_ASSETS small files (a few style sheets and scripts, mostly
+# images), fetched as a browser does (the index, then what it links) over
+# loopback slowed by netem. Under icount the guest's clock advances one
+# nanosecond per instruction and jumps over idle time to the next timer, so
+# time.monotonic() around the client is netem's delays plus the
+# instructions of client, server and kernel: deterministic, not wall time.
+PAGE_DIR = "page"
+PAGE_ASSETS = 100
+PAGE_CSS, PAGE_JS = 4, 6
+PAGE_MIN, PAGE_MAX = 1536, 8192
+# netem's delay on lo's egress; data and ACKs both cross it, so the round
+# trip is twice this.
+PAGE_DELAY_MS = 20
+# A network path's MTU for the group: with lo's 65536 the initial
+# congestion window (10 segments) would carry the whole page in one flight.
+PAGE_MTU = 1500
+# A browser's flow-control windows (Chrome: 6 MiB per stream, 15 MiB per
+# connection); with nghttp's own 64 KiB the client's WINDOW_UPDATEs, not
+# the server, would pace the page.
+NGHTTP_WINDOWS = ("-w", "23", "-W", "24")
+# HTTP/1.1: connections per host, as browsers open.
+H1_CONNECTIONS = 6
+
+
+def make_page():
+    """The page under www/page: {asset name: size}; sizes spread evenly over
+    PAGE_MIN..PAGE_MAX, the same bytes in every boot."""
+    d = os.path.join(RUN, "www", PAGE_DIR)
+    os.makedirs(d)
+    os.chmod(d, 0o755)
+    block = bytes(range(256)) * (PAGE_MAX // 256 + 2)
+    assets = {}
+    head, body = [], []
+    for i in range(PAGE_ASSETS):
+        ext = "css" if i < PAGE_CSS else "js" if i < PAGE_CSS + PAGE_JS else "png"
+        name = f"a{i:03d}.{ext}"
+        size = PAGE_MIN + (i * 2749) % (PAGE_MAX - PAGE_MIN + 1)
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(block[i % 256:i % 256 + size])
+        os.chmod(os.path.join(d, name), 0o644)
+        assets[name] = size
+        if ext == "css":
+            head.append(f'<link rel="stylesheet" href="{name}">')
+        elif ext == "js":
+            head.append(f'<script src="{name}"></script>')
+        else:
+            body.append(f'<p><img src="{name}" alt="picture {i}" width="64" height="64"></p>')
+    html = ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            "<title>page</title>\n" + "\n".join(head) + "\n</head>\n<body>\n<h1>page</h1>\n"
+            + "\n".join(body) + "\n</body>\n</html>\n")
+    with open(os.path.join(d, "index.html"), "w") as f:
+        f.write(html)
+    os.chmod(os.path.join(d, "index.html"), 0o644)
+    assets["index.html"] = len(html)
+    return assets
+
+
+def sh_guest(argv):
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise SystemExit(f"kbench: {' '.join(argv)} failed ({r.returncode}): {r.stderr.strip()[-400:]}")
+
+
+def write_sysctl(name, value):
+    path = "/proc/sys/" + name.replace(".", "/")
+    with open(path) as f:
+        old = f.read().strip()
+    with open(path, "w") as f:
+        f.write(str(value))
+    return old
+
+
+def set_delay(ms):
+    """netem on lo with `ms` of one-way delay (0: no qdisc)."""
+    subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True, timeout=600)
+    if ms:
+        sh_guest(["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", f"{ms}ms"])
+
+
+def client_env():
+    """The clients' environment: our certificate as their whole trust store
+    (a browser's is loaded once; OpenSSL's default bundle would be parsed
+    at every start), no configuration files of the user's."""
+    nocerts = os.path.join(RUN, "no-certs")
+    os.makedirs(nocerts, exist_ok=True)
+    return {"PATH": "/usr/bin:/bin", "HOME": RUN, "SSL_CERT_FILE": os.path.join(RUN, "cert.pem"),
+            "SSL_CERT_DIR": nocerts}
+
+
+def copy_up(path, depth=0):
+    """Copies `path` from the overlay's 9p lower layer up to its tmpfs
+    (a utime to its own times does it), and every symbolic link on the way.
+    Each open of a file still below costs a 9p round trip to the host, and
+    while the guest waits for one, its clock jumps to its next timer: the
+    clients must open only files above."""
+    if depth > 40 or not path.startswith("/") or path.startswith(OTHER_MOUNTS):
+        return
+    parts = [p for p in path.split("/") if p]
+    cur = "/"
+    for i, comp in enumerate(parts):
+        nxt = os.path.join(cur, comp)
+        try:
+            st = os.lstat(nxt)
+        except OSError:
+            return
+        if stat.S_ISLNK(st.st_mode):
+            os.utime(nxt, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
+            target = os.path.join(cur, os.readlink(nxt))
+            return copy_up(os.path.normpath(os.path.join(target, *parts[i + 1:])), depth + 1)
+        cur = nxt
+    if stat.S_ISREG(st.st_mode):
+        os.utime(cur, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+OPENED = re.compile(r'(?:execve|open|openat)\((?:AT_FDCWD, )?"([^"]+)".* = \d+$')
+
+
+def copy_up_client(argv, env):
+    """Runs argv once under strace and copies up every file it opened."""
+    trace = os.path.join(RUN, "strace.out")
+    r = subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve,open,openat", "-o", trace] + argv,
+                       env=env, cwd=RUN, capture_output=True, timeout=600)
+    if r.returncode != 0:
+        raise SystemExit(f"kbench: strace {' '.join(argv[:3])} failed: {r.stderr[-400:]!r}")
+    n = 0
+    with open(trace) as f:
+        for line in f:
+            m = OPENED.search(line.strip())
+            if m:
+                copy_up(os.path.join(RUN, m.group(1)))
+                n += 1
+    return n
+
+
+def nghttp_ms(v):
+    """nghttp -s's "+10.51ms", "+606us", "+1.23s" in milliseconds."""
+    v = v.lstrip("+")
+    for unit, scale in (("ms", 1.0), ("us", 1e-3), ("s", 1e3)):
+        if v.endswith(unit):
+            return float(v[:-len(unit)]) * scale
+    raise SystemExit(f"kbench: nghttp timing {v!r} not understood")
+
+
+def nghttp_size(n):
+    """nghttp -s's size column (nghttp2's util::utos_unit)."""
+    for shift, unit in ((30, "G"), (20, "M"), (10, "K")):
+        if n >= 1 << shift:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
+def nghttp_argv(srv):
+    return ["/usr/bin/nghttp", "-a", "-n", "-s", *NGHTTP_WINDOWS,
+            f"https://127.0.0.1:{srv.port}/{PAGE_DIR}/index.html"]
+
+
+def curl_argv():
+    # -q first: no ~/.curlrc
+    return ["/usr/bin/curl", "-q", "-s", "-S", "--no-progress-meter", "--cacert",
+            os.path.join(RUN, "cert.pem"), "--http1.1", "-w", CURL_W]
+
+
+def timed(argv, env):
+    t0 = time.monotonic()
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, cwd=RUN)
+    return r, time.monotonic() - t0
+
+
+def page_h2(srv, assets, env):
+    """`nghttp -a`: the index, then every asset it links, on one connection."""
+    r, secs = timed(nghttp_argv(srv), env)
+    got = {}
+    prefix = f"/{PAGE_DIR}/"
+    # "id  responseEnd requestStart  process code size request path"
+    for line in r.stdout.splitlines():
+        f = line.split()
+        if len(f) == 7 and f[0].isdigit() and f[6].startswith(prefix):
+            got[f[6][len(prefix):]] = (f[4], f[5], nghttp_ms(f[1]), nghttp_ms(f[2]))
+    bad = [n for n, size in assets.items()
+           if n not in got or got[n][0] != "200" or got[n][1] != nghttp_size(size)]
+    if r.returncode != 0 or bad or len(got) != len(assets):
+        raise SystemExit(f"kbench: {srv.name}: nghttp -a: status {r.returncode}, {len(got)} responses, "
+                         f"wrong or missing: {bad[:5]}: {(r.stdout + r.stderr)[-600:]}")
+    return secs, {"connections": 1, "responses": len(got), "index_end_ms": got["index.html"][2],
+                  "last_end_ms": max(g[2] for g in got.values())}
+
+
+CURL_W = "%{http_code} %{num_connects} %{size_download} %{url_effective}\\n"
+
+
+def page_h1(srv, assets, env):
+    """HTTP/1.1 as a browser fetches it: curl for the index; the links read
+    from it; one curl for them all, H1_CONNECTIONS in parallel on as many
+    keep-alive connections."""
+    base = f"https://127.0.0.1:{srv.port}/{PAGE_DIR}/"
+    index = os.path.join(RUN, "page-index.html")
+    curl = curl_argv()
+    t0 = time.monotonic()
+    r1 = subprocess.run(curl + ["-o", index, base + "index.html"], capture_output=True, text=True,
+                        timeout=600, env=env, cwd=RUN)
+    with open(index, "rb") as f:
+        links = re.findall(rb'(?:href|src)="([^"]+)"', f.read())
+    argv = curl + ["--parallel", "--parallel-max", str(H1_CONNECTIONS)]
+    for link in links:
+        argv += [base + link.decode(), "-o", "/dev/null"]
+    r2 = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, cwd=RUN)
+    secs = time.monotonic() - t0
+    got, connects = {}, 0
+    for line in (r1.stdout + r2.stdout).splitlines():
+        code, n, size, url = line.split()
+        got[url[len(base):]] = (code, int(size))
+        connects += int(n)
+    bad = [n for n, size in assets.items() if got.get(n) != ("200", size)]
+    if r1.returncode or r2.returncode or bad or len(got) != len(assets):
+        raise SystemExit(f"kbench: {srv.name}: curl: status {r1.returncode}/{r2.returncode}, "
+                         f"{len(got)} responses, wrong or missing: {bad[:5]}: {(r1.stderr + r2.stderr)[-600:]}")
+    # the index's connection, then the parallel ones: keep-alive, not one per asset
+    if connects != 1 + H1_CONNECTIONS:
+        raise SystemExit(f"kbench: {srv.name}: curl opened {connects} connections, "
+                         f"expected 1 + {H1_CONNECTIONS}")
+    return secs, {"connections": connects, "responses": len(got)}
+
+
+def page_load(srv, assets, h1, env):
+    """One page load: its time (virtual ms); the instructions of the server,
+    of the client processes (their CPU time, RUSAGE_CHILDREN) and of this
+    process and every other task meanwhile; and the rest of the time, when
+    the guest was idle: waiting on the network (netem's timers)."""
+    pids = srv.pids()
+    me = os.getpid()
+    r0 = Reading()
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    secs, detail = (page_h1 if h1 else page_h2)(srv, assets, env)
+    r1tasks = all_tasks()
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy = sum(ns - r0.tasks.get(k, 0) for k, ns in r1tasks.items() if k[0] != me)
+    settle()
+    r1 = Reading()
+    m = between(r0, r1, pids | srv.pids(), set())
+    client = (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime) * 1e9
+    mine = sum(ns - r0.tasks.get(k, 0) for k, ns in r1tasks.items() if k[0] == me)
+    # the idle tasks (pid 0) are not in /proc: what no task ran is idle
+    idle = secs * 1e9 - busy - client - mine
+    return dict(detail, ms=secs * 1e3, server_instructions=m["instructions"]["server"],
+                other_instructions=m["instructions"]["other"], client_instructions=client,
+                idle_ms=idle / 1e6)
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def pageload(srv, names, rounds):
+    """Every server's page loads: without delay, then with netem, each
+    round taking the servers in turn; {name: summary} with the medians."""
+    assets = make_page()
+    h1 = {name: name == "tlsfront-h1" for name in names}
+    with open("/sys/class/net/lo/mtu") as f:
+        old_mtu = int(f.read())
+    # Each connection starts from the kernel's defaults, as to a server not
+    # seen before: no ssthresh or RTT remembered from the previous load.
+    old_metrics = write_sysctl("net.ipv4.tcp_no_metrics_save", 1)
+    sh_guest(["ip", "tcp_metrics", "flush", "all"])
+    sh_guest(["ip", "link", "set", "lo", "mtu", str(PAGE_MTU)])
+    runs = {name: {0: [], PAGE_DELAY_MS: []} for name in names}
+    env = client_env()
+    try:
+        # the clients' files copied up out of 9p, then a warm-up load each
+        h1srv = next(srv[n] for n in names if h1[n])
+        base = f"https://127.0.0.1:{h1srv.port}/{PAGE_DIR}/"
+        opened = copy_up_client(nghttp_argv(srv[names[0]]), env)
+        opened += copy_up_client(curl_argv() + ["--parallel", "--parallel-max", str(H1_CONNECTIONS),
+                                                base + "index.html", "-o", "/dev/null",
+                                                base + "a000.css", "-o", "/dev/null"], env)
+        log(f"page load: {opened} files the clients open copied up")
+        for name in names:
+            page_load(srv[name], assets, h1[name], env)
+        for delay in (0, PAGE_DELAY_MS):
+            set_delay(delay)
+            for rnd in range(rounds):
+                for name in names:
+                    r = page_load(srv[name], assets, h1[name], env)
+                    runs[name][delay].append(r)
+                    log(f"page load {name}, delay {delay} ms, round {rnd + 1}: {r['ms']:.1f} ms, "
+                        f"idle {r['idle_ms']:.1f} ms, client {r['client_instructions'] / 1e6:.1f} M, "
+                        f"server {r['server_instructions'] / 1e6:.2f} M")
+    finally:
+        set_delay(0)
+        sh_guest(["ip", "link", "set", "lo", "mtu", str(old_mtu)])
+        write_sysctl("net.ipv4.tcp_no_metrics_save", old_metrics)
+    rtt = 2 * PAGE_DELAY_MS
+    out = {}
+    for name in names:
+        slow, fast = runs[name][PAGE_DELAY_MS], runs[name][0]
+        ms, ms0 = median(r["ms"] for r in slow), median(r["ms"] for r in fast)
+        out[name] = {
+            "client": ("curl --http1.1, then curl --parallel --parallel-max 6" if h1[name]
+                       else "nghttp -a"),
+            "assets": PAGE_ASSETS, "page_bytes": sum(assets.values()), "rtt_ms": rtt, "mtu": PAGE_MTU,
+            "rounds": rounds, "median_ms": ms, "median_ms_nodelay": ms0,
+            # time the guest waited on netem, in round trips
+            "round_trips": median(r["idle_ms"] for r in slow) / rtt,
+            "idle_ms": median(r["idle_ms"] for r in slow),
+            "idle_ms_nodelay": median(r["idle_ms"] for r in fast),
+            "server_instructions": median(r["server_instructions"] for r in slow),
+            "server_instructions_nodelay": median(r["server_instructions"] for r in fast),
+            "client_instructions": median(r["client_instructions"] for r in slow),
+            "connections": slow[0]["connections"],
+            "runs": slow, "runs_nodelay": fast,
+        }
+    return out
+
+
 # ---------------------------------------------------------------- main
 
 def prepare(work, cfg):
@@ -988,6 +1311,11 @@ def main():
                 d = idle_h2(srv[name], cfg["idle"])
                 emit(dict(case="idle kTLS h2 connection", group="h2idle", server=name, unit="connection",
                           units=cfg["idle"], detail=d, cipher="aes128"))
+        if want("pageload") and not cfg.get("profile"):
+            rounds = cfg.get("rounds", 5)
+            for name, d in pageload(srv, ("tlsfront", "nginx-h2", "tlsfront-h1"), rounds).items():
+                emit(dict(case=f"page load, {d['assets']} assets, {d['rtt_ms']} ms RTT", group="pageload",
+                          server=name, unit="page load", units=rounds, detail=d))
         if want("idle"):
             for name in ("tlsfront", "nginx"):
                 log(f"idle {name}")

@@ -56,9 +56,10 @@ die() { echo "build.sh: ERROR: $*" >&2; exit 1; }
 required_modules=(virtio_pci 9pnet_virtio 9p overlay tls)
 # (6.1 and 7.x name the ChaCha20/Poly1305 pieces differently: each kernel
 # has some of these, and a missing optional one is only a warning.)
+# sch_netem: the delay bench/ktls's page loads put on lo.
 optional_modules=(aesni_intel ghash_clmulni_intel gcm ccm ctr ghash_generic
   chacha20poly1305 chacha_x86_64 chacha_generic poly1305_x86_64
-  poly1305_generic chacha libchacha libpoly1305 libchacha20poly1305)
+  poly1305_generic chacha libchacha libpoly1305 libchacha20poly1305 sch_netem)
 
 # ---------------------------------------------------------------- host tools
 # QEMU, busybox-static, cpio, kmod, xz-utils, and the peers the guest runs
