@@ -1041,12 +1041,42 @@ def page_h1(srv, assets, env):
     bad = [n for n, size in assets.items() if got.get(n) != ("200", size)]
     if r1.returncode or r2.returncode or bad or len(got) != len(assets):
         raise SystemExit(f"kbench: {srv.name}: curl: status {r1.returncode}/{r2.returncode}, "
-                         f"{len(got)} responses, wrong or missing: {bad[:5]}: {(r1.stderr + r2.stderr)[-600:]}")
+                         f"{len(got)} responses, wrong or missing: {bad[:5]}: "
+                         f"{(r1.stderr + r2.stderr)[-600:]}")
     # the index's connection, then the parallel ones: keep-alive, not one per asset
     if connects != 1 + H1_CONNECTIONS:
         raise SystemExit(f"kbench: {srv.name}: curl opened {connects} connections, "
                          f"expected 1 + {H1_CONNECTIONS}")
     return secs, {"connections": connects, "responses": len(got)}
+
+
+# TCP's counters kept per page load: segments, and any loss or
+# retransmission that would add round trips.
+TCP_COUNTERS = ("ActiveOpens", "InSegs", "OutSegs", "RetransSegs", "TCPTimeouts", "TCPLossProbes",
+                "TCPLossProbeRecovery", "TCPSynRetrans", "TCPFastRetrans", "TCPSlowStartRetrans",
+                "TCPSpuriousRTOs", "TCPRcvQDrop", "PruneCalled", "TCPBacklogDrop", "ListenOverflows",
+                "ListenDrops", "TCPOFOQueue", "DelayedACKs", "TCPAutoCorking")
+
+
+def tcp_counters():
+    """/proc/net/snmp's Tcp and /proc/net/netstat's TcpExt counters."""
+    out = {}
+    for path in ("/proc/net/snmp", "/proc/net/netstat"):
+        with open(path) as f:
+            lines = f.read().splitlines()
+        for names, values in zip(lines[::2], lines[1::2]):
+            if names.startswith(("Tcp:", "TcpExt:")):
+                for k, v in zip(names.split()[1:], values.split()[1:]):
+                    out[k] = int(v)
+    return out
+
+
+def qdisc_stats():
+    """lo's root qdisc: (packets sent, dropped)."""
+    r = subprocess.run(["tc", "-s", "qdisc", "show", "dev", "lo"], capture_output=True, text=True,
+                       timeout=600)
+    m = re.search(r"Sent \d+ bytes (\d+) pkt \(dropped (\d+)", r.stdout)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
 def page_load(srv, assets, h1, env):
@@ -1056,14 +1086,18 @@ def page_load(srv, assets, h1, env):
     the guest was idle: waiting on the network (netem's timers)."""
     pids = srv.pids()
     me = os.getpid()
+    q0 = qdisc_stats()
+    t0 = tcp_counters()
     r0 = Reading()
     c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     secs, detail = (page_h1 if h1 else page_h2)(srv, assets, env)
     r1tasks = all_tasks()
     c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t1 = tcp_counters()
     busy = sum(ns - r0.tasks.get(k, 0) for k, ns in r1tasks.items() if k[0] != me)
     settle()
     r1 = Reading()
+    q1 = qdisc_stats()
     m = between(r0, r1, pids | srv.pids(), set())
     client = (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime) * 1e9
     mine = sum(ns - r0.tasks.get(k, 0) for k, ns in r1tasks.items() if k[0] == me)
@@ -1071,7 +1105,8 @@ def page_load(srv, assets, h1, env):
     idle = secs * 1e9 - busy - client - mine
     return dict(detail, ms=secs * 1e3, server_instructions=m["instructions"]["server"],
                 other_instructions=m["instructions"]["other"], client_instructions=client,
-                idle_ms=idle / 1e6)
+                idle_ms=idle / 1e6, qdisc_packets=q1[0] - q0[0], qdisc_drops=q1[1] - q0[1],
+                tcp={k: t1.get(k, 0) - t0.get(k, 0) for k in TCP_COUNTERS if t1.get(k, 0) != t0.get(k, 0)})
 
 
 def median(xs):
@@ -1113,7 +1148,8 @@ def pageload(srv, names, rounds):
                     runs[name][delay].append(r)
                     log(f"page load {name}, delay {delay} ms, round {rnd + 1}: {r['ms']:.1f} ms, "
                         f"idle {r['idle_ms']:.1f} ms, client {r['client_instructions'] / 1e6:.1f} M, "
-                        f"server {r['server_instructions'] / 1e6:.2f} M")
+                        f"server {r['server_instructions'] / 1e6:.2f} M, netem {r['qdisc_packets']} packets "
+                        f"{r['qdisc_drops']} dropped, TCP {r['tcp']}")
     finally:
         set_delay(0)
         sh_guest(["ip", "link", "set", "lo", "mtu", str(old_mtu)])
