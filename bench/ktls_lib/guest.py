@@ -1051,21 +1051,22 @@ def page_h1(srv, assets, env):
 
 
 # TCP's counters kept per page load: segments, and any loss or
-# retransmission that would add round trips.
-TCP_COUNTERS = ("ActiveOpens", "InSegs", "OutSegs", "RetransSegs", "TCPTimeouts", "TCPLossProbes",
+# retransmission that would add round trips; IP's bytes (on lo each byte
+# is sent once and received once).
+TCP_COUNTERS = ("OutOctets", "ActiveOpens", "InSegs", "OutSegs", "RetransSegs", "TCPTimeouts", "TCPLossProbes",
                 "TCPLossProbeRecovery", "TCPSynRetrans", "TCPFastRetrans", "TCPSlowStartRetrans",
                 "TCPSpuriousRTOs", "TCPRcvQDrop", "PruneCalled", "TCPBacklogDrop", "ListenOverflows",
                 "ListenDrops", "TCPOFOQueue", "DelayedACKs", "TCPAutoCorking")
 
 
 def tcp_counters():
-    """/proc/net/snmp's Tcp and /proc/net/netstat's TcpExt counters."""
+    """/proc/net/snmp's Tcp and /proc/net/netstat's TcpExt and IpExt counters."""
     out = {}
     for path in ("/proc/net/snmp", "/proc/net/netstat"):
         with open(path) as f:
             lines = f.read().splitlines()
         for names, values in zip(lines[::2], lines[1::2]):
-            if names.startswith(("Tcp:", "TcpExt:")):
+            if names.startswith(("Tcp:", "TcpExt:", "IpExt:")):
                 for k, v in zip(names.split()[1:], values.split()[1:]):
                     out[k] = int(v)
     return out
