@@ -273,6 +273,11 @@ async fn drive<T: Transport>(
         // Read what has come, while the connection takes input.
         while conn.wants_input() && !peer_closed {
             if inbuf.is_empty() {
+                if released {
+                    // Idle with its buffers let go: none until the socket
+                    // says there is input.
+                    break;
+                }
                 inbuf = vec![0; IN_BUF];
             } else if filled == inbuf.len() {
                 // Whole frames are taken as they come: a full buffer
