@@ -121,6 +121,24 @@ struct Protocol {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CertResult {
+    result: &'static str,
+}
+
+/// The results of `tlsfront_client_certificates_total`, made at zero on
+/// start: a handshake done with a verified certificate or (`optional`)
+/// none, or refused for want of one or because it did not verify.
+const CLIENT_CERT_RESULTS: [&str; 7] = [
+    "verified",
+    "none",
+    "missing",
+    "unknown_ca",
+    "revoked",
+    "expired",
+    "invalid",
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Reason {
     reason: &'static str,
 }
@@ -627,6 +645,7 @@ pub struct Metrics {
     handshake_duration: [Histogram; 2],
     negotiated: Family<Negotiated, Counter>,
     handshake_failures: Named<Reason>,
+    client_certs: Named<CertResult>,
     fallback: [Counter; 5],
     responses: Family<SiteStatus, Counter>,
     duration: Family<SiteLabel, Histogram>,
@@ -720,6 +739,15 @@ impl Default for Metrics {
             "handshake_failures",
             "TLS handshakes that failed, by reason",
             handshake_failures.family.clone(),
+        );
+        let client_certs = Named::new(|result| CertResult { result });
+        for result in CLIENT_CERT_RESULTS {
+            let _ = client_certs.family.get_or_create(&CertResult { result });
+        }
+        r.register(
+            "client_certificates",
+            "TLS handshakes on sites that ask for a client certificate, by result",
+            client_certs.family.clone(),
         );
         let fallback_family = Family::<Reason, Counter>::default();
         r.register(
@@ -832,6 +860,7 @@ impl Default for Metrics {
             handshake_duration,
             negotiated,
             handshake_failures,
+            client_certs,
             fallback,
             responses,
             duration,
@@ -946,6 +975,45 @@ impl Metrics {
     /// `timeout`, or `other`).
     pub fn handshake_failed(&self, reason: &'static str) {
         self.handshake_failures.inc(reason);
+    }
+
+    /// A handshake done on a site that asks for client certificates:
+    /// `verified` or `none`.
+    pub fn client_cert(&self, c: &crate::tls::client_auth::ClientCert) {
+        use crate::tls::client_auth::ClientCert;
+        match c {
+            ClientCert::NotAsked => {}
+            ClientCert::Absent => self.client_certs.inc("none"),
+            ClientCert::Verified(_) => self.client_certs.inc("verified"),
+        }
+    }
+
+    /// A handshake that failed: counted here if a client certificate was
+    /// missing or did not verify.
+    pub fn client_cert_refused(&self, e: &crate::tls::handshake::HandshakeError) {
+        use crate::tls::handshake::HandshakeError;
+        use crate::transport::TransportError;
+        if let HandshakeError::Transport(TransportError::Tls(e)) = e {
+            self.client_cert_error(e);
+        }
+    }
+
+    /// A client certificate refused (missing or not verified) with this
+    /// error, in the handshake or when a resumed session's is verified
+    /// again; other errors are not counted here.
+    pub fn client_cert_error(&self, e: &rustls::Error) {
+        use rustls::CertificateError as C;
+        let result = match e {
+            rustls::Error::NoCertificatesPresented => "missing",
+            rustls::Error::InvalidCertificate(c) => match c {
+                C::UnknownIssuer => "unknown_ca",
+                C::Revoked => "revoked",
+                C::Expired | C::ExpiredContext { .. } => "expired",
+                _ => "invalid",
+            },
+            _ => return,
+        };
+        self.client_certs.inc(result);
     }
 
     pub fn fallback(&self, f: Fallback) {

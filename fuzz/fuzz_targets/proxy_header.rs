@@ -96,6 +96,7 @@ fuzz_target!(|data: &[u8]| {
         sni: (flags & 0x80 != 0).then_some(sni.clone()),
         alpn: (!alpn.is_empty()).then_some(alpn.clone()),
         resumed: false,
+        client_cert: Default::default(),
         path: tlsfront::transport::Path::Userspace,
         site: "fuzz".into(),
         log: None,

@@ -60,6 +60,8 @@ pub fn http(out: &mut Vec<u8>, format: Format, r: &HttpRecord<'_>) {
             ssl_session_reused: r.info.resumed,
             data_path: tls.path,
             request_time: millis(r.duration),
+            ssl_client_verify: r.info.client_cert.verify(),
+            ssl_client_s_dn_cn: client_cn(r.info),
         };
         json_line(out, &line);
         return;
@@ -84,6 +86,7 @@ pub fn http(out: &mut Vec<u8>, format: Format, r: &HttpRecord<'_>) {
         tls_fields(out, r.info);
         out.push(b' ');
         seconds(out, r.duration);
+        client_fields(out, r.info);
     }
     out.push(b'\n');
 }
@@ -109,6 +112,8 @@ pub fn proxy(out: &mut Vec<u8>, format: Format, r: &ProxyRecord<'_>) {
             ssl_server_name: r.info.sni.as_deref(),
             ssl_session_reused: r.info.resumed,
             data_path: tls.path,
+            ssl_client_verify: r.info.client_cert.verify(),
+            ssl_client_s_dn_cn: client_cn(r.info),
         };
         json_line(out, &line);
         return;
@@ -131,7 +136,35 @@ pub fn proxy(out: &mut Vec<u8>, format: Format, r: &ProxyRecord<'_>) {
     escaped(out, Some(r.backend.as_bytes()));
     out.extend_from_slice(b"\" ");
     tls_fields(out, r.info);
+    client_fields(out, r.info);
     out.push(b'\n');
+}
+
+/// The client certificate's CN for JSON (`None`: the site asks for none;
+/// `Some(None)`: no certificate or no CN).
+fn client_cn(info: &ConnInfo) -> Option<Option<&str>> {
+    info.client_cert
+        .verify()
+        .map(|_| info.client_cert.peer().and_then(|p| p.cn.as_deref()))
+}
+
+/// ` $ssl_client_verify "$ssl_client_s_dn_cn"`, on the lines of sites that
+/// ask for client certificates only (the others' lines keep their fields).
+fn client_fields(out: &mut Vec<u8>, info: &ConnInfo) {
+    let Some(verify) = info.client_cert.verify() else {
+        return;
+    };
+    out.push(b' ');
+    out.extend_from_slice(verify.as_bytes());
+    out.extend_from_slice(b" \"");
+    escaped(
+        out,
+        info.client_cert
+            .peer()
+            .and_then(|p| p.cn.as_deref())
+            .map(str::as_bytes),
+    );
+    out.push(b'"');
 }
 
 /// `$remote_addr`: the client's address without its port, written in
@@ -191,6 +224,11 @@ struct HttpJson<'a> {
     ssl_session_reused: bool,
     data_path: &'a str,
     request_time: f64,
+    /// Only on sites that ask for client certificates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ssl_client_verify: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ssl_client_s_dn_cn: Option<Option<&'a str>>,
 }
 
 #[derive(serde::Serialize)]
@@ -208,6 +246,11 @@ struct ProxyJson<'a> {
     ssl_server_name: Option<&'a str>,
     ssl_session_reused: bool,
     data_path: &'a str,
+    /// Only on sites that ask for client certificates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ssl_client_verify: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ssl_client_s_dn_cn: Option<Option<&'a str>>,
 }
 
 /// The TLS fields as nginx names their values.
@@ -386,6 +429,7 @@ mod tests {
             sni: Some("a.test".into()),
             alpn: None,
             resumed,
+            client_cert: Default::default(),
             path: Path::Ktls,
             site: "a.test".into(),
             log: None,

@@ -13,6 +13,7 @@ use super::file::{FileConfig, UnknownNames};
 use super::settings::{resolve, Job, Origins, Settings, Site};
 use std::fmt::Write;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// A certificate that expires within this is warned about.
@@ -280,6 +281,35 @@ fn describe_site(
     }
     if let Some(tls) = site.tls.describe() {
         let _ = writeln!(out, "  {tls}");
+    }
+    if let Some(auth) = &site.client_auth {
+        // As the server builds it (the same files, read the same way).
+        match crate::tls::client_auth::verifier(auth, &Arc::new(crate::tls::provider())) {
+            Ok(_) => {
+                let cas = crate::tls::client_auth::read_ca(&auth.ca).map_or(0, |c| c.len());
+                let crls: Vec<String> = auth.crls.iter().map(|p| p.display().to_string()).collect();
+                let _ = writeln!(
+                    out,
+                    "  client certificates: {}, from {} ({cas} CA certificate{}){}",
+                    auth.mode.name(),
+                    auth.ca.display(),
+                    if cas == 1 { "" } else { "s" },
+                    if crls.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", revocation lists {}", crls.join(", "))
+                    }
+                );
+            }
+            Err(e) => {
+                let origin = if e.setting() == "client_crl" {
+                    &auth.crl_origin
+                } else {
+                    &auth.ca_origin
+                };
+                error(out, format!("{origin}: {e}"));
+            }
+        }
     }
     if site.acme {
         let stored = match crate::acme::load_stored(acme, &site.names) {

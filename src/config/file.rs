@@ -161,6 +161,14 @@ pub struct SiteFile {
     /// RFC 8879 certificate compression (default: the top level's, else
     /// on).
     pub cert_compression: Option<bool>,
+    /// Client certificates: the PEM bundle of the CAs that issue them
+    /// (default: the top level's, else none asked for).
+    pub client_ca: Option<PathBuf>,
+    /// `require`, `optional` or `off` (default: the top level's, else
+    /// `require` with `client_ca`).
+    pub client_auth: Option<String>,
+    /// Revocation lists (PEM or DER) for the client certificates.
+    pub client_crl: Option<OneOrMany>,
     /// Access log: a path, `stdout` or `off` (default: the top level's).
     pub access_log: Option<String>,
     pub access_log_format: Option<crate::accesslog::Format>,
@@ -236,6 +244,10 @@ pub struct FileConfig {
     pub ciphers: Option<Vec<String>>,
     pub kx_groups: Option<Vec<String>>,
     pub cert_compression: Option<bool>,
+    /// Every site's client certificate settings unless it sets its own.
+    pub client_ca: Option<PathBuf>,
+    pub client_auth: Option<String>,
+    pub client_crl: Option<OneOrMany>,
 
     // The one site of a file without `[[site]]`.
     pub names: Vec<String>,
@@ -264,6 +276,9 @@ pub struct TlsFile {
     pub ciphers: Option<Vec<String>>,
     pub kx_groups: Option<Vec<String>>,
     pub cert_compression: Option<bool>,
+    pub client_ca: Option<PathBuf>,
+    pub client_auth: Option<String>,
+    pub client_crl: Option<Vec<PathBuf>>,
 }
 
 impl TlsFile {
@@ -274,6 +289,9 @@ impl TlsFile {
             ciphers: self.ciphers.clone().or(under.ciphers.clone()),
             kx_groups: self.kx_groups.clone().or(under.kx_groups.clone()),
             cert_compression: self.cert_compression.or(under.cert_compression),
+            client_ca: self.client_ca.clone().or(under.client_ca.clone()),
+            client_auth: self.client_auth.clone().or(under.client_auth.clone()),
+            client_crl: self.client_crl.clone().or(under.client_crl.clone()),
         }
     }
 
@@ -283,6 +301,9 @@ impl TlsFile {
             "tls_versions" => self.tls_versions.is_some(),
             "ciphers" => self.ciphers.is_some(),
             "kx_groups" => self.kx_groups.is_some(),
+            "client_ca" => self.client_ca.is_some(),
+            "client_auth" => self.client_auth.is_some(),
+            "client_crl" => self.client_crl.is_some(),
             _ => self.cert_compression.is_some(),
         }
     }
@@ -304,6 +325,9 @@ impl SiteFile {
             ciphers: self.ciphers.clone(),
             kx_groups: self.kx_groups.clone(),
             cert_compression: self.cert_compression,
+            client_ca: self.client_ca.clone(),
+            client_auth: self.client_auth.clone(),
+            client_crl: self.client_crl.as_ref().map(OneOrMany::paths),
         }
     }
 }
@@ -353,6 +377,9 @@ impl FileConfig {
             ciphers: self.ciphers.clone(),
             kx_groups: self.kx_groups.clone(),
             cert_compression: self.cert_compression,
+            client_ca: self.client_ca.clone(),
+            client_auth: self.client_auth.clone(),
+            client_crl: self.client_crl.as_ref().map(OneOrMany::paths),
         }
     }
 
@@ -374,6 +401,8 @@ impl FileConfig {
         self.cert.iter_mut().for_each(|c| c.rebase(base));
         self.key.iter_mut().for_each(|c| c.rebase(base));
         self.ocsp.iter_mut().for_each(|c| c.rebase(base));
+        self.client_ca.iter_mut().for_each(fix);
+        self.client_crl.iter_mut().for_each(|c| c.rebase(base));
         rebase_log(&mut self.access_log, base);
         for s in &mut self.site {
             let s = s.get_mut();
@@ -382,6 +411,8 @@ impl FileConfig {
             s.cert.iter_mut().for_each(|c| c.rebase(base));
             s.key.iter_mut().for_each(|c| c.rebase(base));
             s.ocsp.iter_mut().for_each(|c| c.rebase(base));
+            s.client_ca.iter_mut().for_each(fix);
+            s.client_crl.iter_mut().for_each(|c| c.rebase(base));
         }
     }
 

@@ -92,6 +92,9 @@ pub struct Site {
     /// TLS versions, cipher suites, key exchange groups, certificate
     /// compression.
     pub tls: crate::tls::policy::Policy,
+    /// Client certificates asked for (`client_ca`, `client_auth`,
+    /// `client_crl`), read when the site is built.
+    pub client_auth: Option<crate::tls::client_auth::ClientAuth>,
     pub limits: Limits,
     pub timeouts: Timeouts,
     pub access_log: crate::accesslog::LogConfig,
@@ -518,6 +521,59 @@ fn site_setting(origin: &str, site_at: Option<usize>, text: &str, k: &str) -> St
     }
 }
 
+/// A site's client certificate settings (its own over the top level's):
+/// `client_auth` needs `client_ca`; `client_ca` alone means `require`.
+fn client_auth(
+    t: &super::file::TlsFile,
+    origin_of: &dyn Fn(&str) -> String,
+) -> Result<Option<crate::tls::client_auth::ClientAuth>, ConfigError> {
+    use crate::tls::client_auth::{ClientAuth, Mode};
+    let mode = match t.client_auth.as_deref().map(str::trim) {
+        None | Some("require") => Some(Mode::Require),
+        Some("optional") => Some(Mode::Optional),
+        Some("off") => None,
+        Some(other) => {
+            return Err(ConfigError::Invalid {
+                origin: origin_of("client_auth"),
+                message: format!(
+                    "{other:?} is not a client_auth mode: give \"require\" (no handshake \
+                     without a certificate from client_ca), \"optional\" (a certificate, if \
+                     presented, must verify) or \"off\""
+                ),
+            })
+        }
+    };
+    let Some(ca) = &t.client_ca else {
+        if t.client_auth.is_some() && mode.is_some() {
+            return Err(ConfigError::Invalid {
+                origin: origin_of("client_auth"),
+                message: "client certificates need the CAs that issue them: set client_ca = \
+                          \"clients-ca.pem\" (a PEM bundle), or leave client_auth out"
+                    .into(),
+            });
+        }
+        if t.client_crl.is_some() {
+            return Err(ConfigError::Invalid {
+                origin: origin_of("client_crl"),
+                message: "revocation lists apply to client certificates: set client_ca (and \
+                          client_auth) as well, or leave client_crl out"
+                    .into(),
+            });
+        }
+        return Ok(None);
+    };
+    let Some(mode) = mode else {
+        return Ok(None);
+    };
+    Ok(Some(ClientAuth {
+        mode,
+        ca: ca.clone(),
+        crls: t.client_crl.clone().unwrap_or_default(),
+        ca_origin: origin_of("client_ca"),
+        crl_origin: origin_of("client_crl"),
+    }))
+}
+
 fn resolve_site(
     (origin, site_at): (String, Option<usize>),
     s: SiteFile,
@@ -710,18 +766,19 @@ fn resolve_site(
     // The site's own keys over the top level's; an error names the one
     // that is set (the site's, else the top level's).
     let site_tls = s.tls();
-    let tls = site_tls.over(top_tls).policy().map_err(|e| {
-        let key = e.setting().key();
-        let origin = if !site_tls.sets(key) && top_tls.sets(key) {
+    let origin_of = |key: &str| {
+        if !site_tls.sets(key) && top_tls.sets(key) {
             origins.of_in(key, text)
         } else {
             at(key)
-        };
-        ConfigError::Invalid {
-            origin,
-            message: e.to_string(),
         }
+    };
+    let merged = site_tls.over(top_tls);
+    let tls = merged.policy().map_err(|e| ConfigError::Invalid {
+        origin: origin_of(e.setting().key()),
+        message: e.to_string(),
     })?;
+    let client_auth = client_auth(&merged, &origin_of)?;
 
     let mut site_limits = limits.clone();
     let l = &s.limits;
@@ -796,6 +853,7 @@ fn resolve_site(
         job,
         alpn: alpn.into_iter().map(String::into_bytes).collect(),
         tls,
+        client_auth,
         limits: site_limits,
         timeouts: site_timeouts,
         access_log: Default::default(),

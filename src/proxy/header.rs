@@ -18,7 +18,10 @@ pub use crate::config::file::ProxyVersion;
 
 // PP2 SSL TLV (PROXY protocol spec 2.2.5).
 const PP2_CLIENT_SSL: u8 = 0x01;
+const PP2_CLIENT_CERT_CONN: u8 = 0x02;
+const PP2_CLIENT_CERT_SESS: u8 = 0x04;
 const PP2_SUBTYPE_SSL_VERSION: u8 = 0x21;
+const PP2_SUBTYPE_SSL_CN: u8 = 0x22;
 const PP2_SUBTYPE_SSL_CIPHER: u8 = 0x23;
 
 /// OpenSSL's name for a suite (what hitch and HAProxy put in the SSL TLV).
@@ -68,7 +71,22 @@ pub fn encode(version: ProxyVersion, info: &ConnInfo) -> Vec<u8> {
             addrs.to_string().into_bytes()
         }
         ProxyVersion::V2 => {
-            let mut ssl = vec![PP2_CLIENT_SSL, 0, 0, 0, 0];
+            // As HAProxy's send-proxy-v2-ssl(-cn): the client flags say a
+            // certificate was presented in this connection and/or its
+            // session, `verify` is 0 for one that verified (rustls ends a
+            // handshake whose certificate does not) and 1 without one, and
+            // the CN follows the version.
+            let peer = info.client_cert.peer();
+            let mut client = PP2_CLIENT_SSL;
+            if let Some(p) = peer {
+                client |= PP2_CLIENT_CERT_SESS;
+                if p.this_connection {
+                    client |= PP2_CLIENT_CERT_CONN;
+                }
+            }
+            let verify: u32 = if peer.is_some() { 0 } else { 1 };
+            let mut ssl = vec![client];
+            ssl.extend_from_slice(&verify.to_be_bytes());
             let mut sub = |kind: u8, value: &[u8]| {
                 ssl.push(kind);
                 ssl.extend_from_slice(&(value.len() as u16).to_be_bytes());
@@ -78,6 +96,9 @@ pub fn encode(version: ProxyVersion, info: &ConnInfo) -> Vec<u8> {
                 Some(Version::Tls13) => sub(PP2_SUBTYPE_SSL_VERSION, b"TLSv1.3"),
                 Some(Version::Tls12) => sub(PP2_SUBTYPE_SSL_VERSION, b"TLSv1.2"),
                 None => {}
+            }
+            if let Some(cn) = peer.and_then(|p| p.cn.as_deref()) {
+                sub(PP2_SUBTYPE_SSL_CN, cn.as_bytes());
             }
             if let Some(name) = info.suite.and_then(openssl_name) {
                 sub(PP2_SUBTYPE_SSL_CIPHER, name.as_bytes());
@@ -274,6 +295,7 @@ mod tests {
             sni: Some("example.com".into()),
             alpn: Some(b"http/1.1".to_vec()),
             resumed: false,
+            client_cert: Default::default(),
             path: crate::transport::Path::Userspace,
             site: "example.com".into(),
             metrics: crate::metrics::Metrics::default().site(&"example.com".into()),
@@ -315,6 +337,32 @@ mod tests {
         assert_eq!(&sub[3..10], b"TLSv1.3");
         assert_eq!(&sub[10..13], &[0x23, 0, 22]);
         assert_eq!(&sub[13..], b"TLS_AES_128_GCM_SHA256");
+    }
+
+    #[test]
+    fn v2_ssl_tlv_carries_the_client_certificate() {
+        use crate::tls::client_auth::{ClientCert, PeerCert};
+        let ssl_of = |i: &ConnInfo| -> Vec<u8> {
+            let h = encode(ProxyVersion::V2, i);
+            let parsed = v2::Header::try_from(&h[..]).unwrap();
+            let t = parsed.tlvs().map(|t| t.unwrap()).find(|t| t.kind == 0x20);
+            t.unwrap().value.to_vec()
+        };
+        let mut i = info();
+        // No certificate: only the SSL flag, verify non-zero.
+        assert_eq!(&ssl_of(&i)[..5], &[PP2_CLIENT_SSL, 0, 0, 0, 1]);
+        for (this_connection, flags) in [(true, 0x07), (false, 0x05)] {
+            i.client_cert = ClientCert::Verified(std::sync::Arc::new(PeerCert {
+                cn: Some("alice".into()),
+                subject: "CN=alice".into(),
+                this_connection,
+            }));
+            let ssl = ssl_of(&i);
+            assert_eq!(&ssl[..5], &[flags, 0, 0, 0, 0]);
+            assert_eq!(&ssl[5..15], b"\x21\x00\x07TLSv1.3");
+            assert_eq!(&ssl[15..23], b"\x22\x00\x05alice");
+            assert_eq!(ssl[23], 0x23);
+        }
     }
 
     /// Found by fuzz/proxy_header: a v1 header cut inside a field (as a

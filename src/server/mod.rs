@@ -118,6 +118,10 @@ pub struct ConnInfo {
     pub alpn: Option<Vec<u8>>,
     /// The session was resumed (abbreviated handshake).
     pub resumed: bool,
+    /// The client's certificate, verified (by the site's `client_ca`), if
+    /// it presented one in this handshake or the session's first; or
+    /// whether the site asked for one.
+    pub client_cert: crate::tls::client_auth::ClientCert,
     /// Where the records are sealed: the kernel or user space.
     pub path: crate::transport::Path,
     /// The site that took the connection ([`crate::config::Site::label`]).

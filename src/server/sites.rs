@@ -274,7 +274,12 @@ fn acme_site_tls(
         .map_err(|e| in_site(&e))?;
     let expiry = not_after(&key).map(|t| ("acme".to_string(), t));
     let tls = shared
-        .site(vec![key], site.alpn.clone(), &site.tls)
+        .site(
+            vec![key],
+            site.alpn.clone(),
+            &site.tls,
+            client_verifier(site, shared)?,
+        )
         .map_err(|e| in_site(&e))?;
     Ok((tls, state, expiry.into_iter().collect()))
 }
@@ -289,6 +294,28 @@ fn earliest(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> 
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
+}
+
+/// The verifier of a site's client certificates, from its CA bundle and
+/// revocation lists as they are now (read again on every reload).
+fn client_verifier(
+    site: &Site,
+    shared: &TlsShared,
+) -> Result<Option<crate::tls::client_auth::SiteVerifier>, StartError> {
+    let Some(auth) = &site.client_auth else {
+        return Ok(None);
+    };
+    let v = crate::tls::client_auth::verifier(auth, shared.provider()).map_err(|e| {
+        StartError::Site {
+            origin: if e.setting() == "client_crl" {
+                auth.crl_origin.clone()
+            } else {
+                auth.ca_origin.clone()
+            },
+            message: e.to_string(),
+        }
+    })?;
+    Ok(Some((auth.mode, v)))
 }
 
 /// A site's certificates and its TLS configurations, and when its OCSP
@@ -389,7 +416,12 @@ fn site_tls(
         keys.push(key);
     }
     let tls = shared
-        .site(keys, site.alpn.clone(), &site.tls)
+        .site(
+            keys,
+            site.alpn.clone(),
+            &site.tls,
+            client_verifier(site, shared)?,
+        )
         .map_err(|e| in_site(&e))?;
     Ok((tls, recheck, expiry))
 }

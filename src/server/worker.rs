@@ -263,6 +263,7 @@ fn connection<'a>(
                         if let Some(label) = e.label() {
                             front.metrics.error(label);
                         }
+                        front.metrics.client_cert_refused(&e);
                         tracing::debug!("handshake failed: {e}");
                         if sites.answers_plain_http && matches!(e, HandshakeError::NotTls) {
                             let answer = plain_http_answer(&mut sock);
@@ -382,6 +383,14 @@ fn data_path(
         || !hs.early_plaintext.is_empty()
         || !hs.pending_out.is_empty()
         || hs.peer_closed;
+    let client_cert = match site.tls.client_cert(&hs.conn) {
+        Ok(c) => c,
+        Err(e) => {
+            front.metrics.client_cert_error(&e);
+            tracing::debug!("resumed session refused: {e}");
+            return None;
+        }
+    };
     let mut info = ConnInfo {
         client,
         local,
@@ -390,11 +399,14 @@ fn data_path(
         sni: hs.sni.clone(),
         alpn: hs.conn.alpn_protocol().map(<[u8]>::to_vec),
         resumed,
+        client_cert,
         path: Path::Userspace,
         site: site.label.clone(),
         metrics,
         log: site.access_log.clone(),
     };
+
+    front.metrics.client_cert(&info.client_cert);
 
     if ulp && offload && !buffered {
         return match into_kernel(sock, hs, &front.ktls, stall) {

@@ -5,6 +5,7 @@
 //! handshake policy ([`policy`]); the record-by-record handshake, and the
 //! user-space data path.
 
+pub mod client_auth;
 pub mod handshake;
 mod hello;
 mod hkdf;
@@ -136,12 +137,15 @@ impl TlsShared {
     }
 
     /// The configurations of one site: its certificates (at least one),
-    /// ALPN list and handshake policy, on the shared cache and ticket keys.
+    /// ALPN list and handshake policy, and the verifier of its clients'
+    /// certificates if it asks for them ([`client_auth::verifier`]), on the
+    /// shared cache and ticket keys.
     pub fn site(
         &self,
         certs: Vec<Arc<CertifiedKey>>,
         alpn: Vec<Vec<u8>>,
         policy: &policy::Policy,
+        client_auth: Option<client_auth::SiteVerifier>,
     ) -> Result<ServerConfigs, TlsConfigError> {
         let resolver: Arc<dyn ResolvesServerCert> = Arc::new(SiteCerts::new(certs));
         // One cache of compressed certificates for all of the site's
@@ -159,11 +163,14 @@ impl TlsShared {
                 kx_groups: groups.iter().map(|g| g.kx()).collect(),
                 ..(*self.provider).clone()
             };
-            let mut cfg = ServerConfig::builder_with_provider(Arc::new(provider))
+            let builder = ServerConfig::builder_with_provider(Arc::new(provider))
                 .with_protocol_versions(&policy.rustls_versions())
-                .map_err(TlsConfigError::Setup)?
-                .with_no_client_auth()
-                .with_cert_resolver(resolver.clone());
+                .map_err(TlsConfigError::Setup)?;
+            let builder = match &client_auth {
+                Some((_, v)) => builder.with_client_cert_verifier(v.clone()),
+                None => builder.with_no_client_auth(),
+            };
+            let mut cfg = builder.with_cert_resolver(resolver.clone());
             cfg.alpn_protocols = alpn.clone();
             // Needed for the kernel handoff (`dangerous_into_kernel_connection`).
             cfg.enable_secret_extraction = true;
@@ -195,6 +202,7 @@ impl TlsShared {
             all: pair(&policy.groups)?,
             by_group,
             policy: Arc::new(policy.clone()),
+            client_auth,
         })
     }
 }
@@ -246,6 +254,7 @@ pub struct ServerConfigs {
     all: Pair,
     by_group: Vec<(policy::Group, Pair)>,
     policy: Arc<policy::Policy>,
+    client_auth: Option<client_auth::SiteVerifier>,
 }
 
 impl ServerConfigs {
@@ -283,6 +292,45 @@ impl ServerConfigs {
     pub fn policy(&self) -> &policy::Policy {
         &self.policy
     }
+
+    /// Whether the site asks its clients for a certificate, and how.
+    pub fn client_auth(&self) -> Option<client_auth::Mode> {
+        self.client_auth.as_ref().map(|(m, _)| *m)
+    }
+
+    /// The client certificate of a finished handshake, or why the
+    /// connection must not go on.
+    ///
+    /// rustls resumes a session (ticket or ID) without looking at the
+    /// client certificate again: a session made before a reload (another
+    /// CA, a new CRL, `optional` turned `require`) would carry over what
+    /// the site no longer accepts. So a resumed connection's certificate is
+    /// verified again against the site's verifier as it is now, and a
+    /// `require` site refuses a resumed session without one.
+    pub fn client_cert(
+        &self,
+        conn: &rustls::CommonState,
+    ) -> Result<client_auth::ClientCert, rustls::Error> {
+        let Some((mode, verifier)) = &self.client_auth else {
+            return Ok(client_auth::ClientCert::of(None, conn));
+        };
+        if conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+            match conn.peer_certificates() {
+                Some([leaf, intermediates @ ..]) => {
+                    verifier.verify_client_cert(
+                        leaf,
+                        intermediates,
+                        rustls::pki_types::UnixTime::now(),
+                    )?;
+                }
+                _ if *mode == client_auth::Mode::Require => {
+                    return Err(rustls::Error::NoCertificatesPresented)
+                }
+                _ => {}
+            }
+        }
+        Ok(client_auth::ClientCert::of(Some(*mode), conn))
+    }
 }
 
 /// The configurations of a one-site server with its own cache and keys
@@ -300,7 +348,12 @@ pub fn server_config(
         ),
     );
     let cert = shared.certified_key(chain, crate::config::cert::Key::Der(key))?;
-    shared.site(vec![cert], opts.alpn.clone(), &policy::Policy::default())
+    shared.site(
+        vec![cert],
+        opts.alpn.clone(),
+        &policy::Policy::default(),
+        None,
+    )
 }
 
 /// The ClientHello reader, for the parser robustness tests.
