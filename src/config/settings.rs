@@ -1093,6 +1093,18 @@ mod tests {
                 "config file /etc/t.toml, line 1, setting ciphers: no TLS 1.2 suite is left",
             ),
             (
+                "client_auth = \"require\"\nroot = \"/x\"\n",
+                "config file /etc/t.toml, line 1, setting client_auth: client certificates need the CAs that issue them: set client_ca",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nclient_crl = \"c.pem\"\n",
+                "line 4 ([[site]] #1), setting client_crl: revocation lists apply to client certificates",
+            ),
+            (
+                "client_ca = \"ca.pem\"\n[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nclient_auth = \"maybe\"\n",
+                "line 5 ([[site]] #1), setting client_auth: \"maybe\" is not a client_auth mode",
+            ),
+            (
                 "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\ntls_versions = []\n",
                 "line 4 ([[site]] #1), setting tls_versions: an empty list allows no TLS version",
             ),
@@ -1123,6 +1135,32 @@ mod tests {
         assert_eq!(b.versions, [Version::Tls13, Version::Tls12]);
         assert_eq!(b.groups, [Group::X25519MlKem768, Group::X25519]);
         assert!(b.cert_compression);
+    }
+
+    #[test]
+    fn client_auth_is_the_sites_over_the_top_levels() {
+        use crate::tls::client_auth::Mode;
+        let s = from_text(
+            "client_ca = \"/ca.pem\"\nclient_crl = \"/a.crl\"\n\
+             [[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\n\
+             [[site]]\nnames = [\"b.test\"]\nroot = \"/x\"\nclient_auth = \"optional\"\n\
+             client_crl = [\"/b1.crl\", \"/b2.crl\"]\n\
+             [[site]]\nnames = [\"c.test\"]\nroot = \"/x\"\nclient_auth = \"off\"\n",
+        )
+        .unwrap();
+        let a = s.sites[0].client_auth.as_ref().unwrap();
+        assert_eq!(a.mode, Mode::Require);
+        assert_eq!(a.ca, Path::new("/ca.pem"));
+        assert_eq!(a.crls, [Path::new("/a.crl")]);
+        let b = s.sites[1].client_auth.as_ref().unwrap();
+        assert_eq!(b.mode, Mode::Optional);
+        assert_eq!(b.crls, [Path::new("/b1.crl"), Path::new("/b2.crl")]);
+        assert!(
+            b.crl_origin.contains("line 10 ([[site]] #2)"),
+            "{}",
+            b.crl_origin
+        );
+        assert!(s.sites[2].client_auth.is_none());
     }
 
     #[test]
