@@ -554,6 +554,47 @@ mod tests {
     }
 
     #[test]
+    fn client_certificate_fields_only_on_sites_that_ask() {
+        use crate::tls::client_auth::{ClientCert, PeerCert};
+        let mut i = info(false);
+        let http_line = |i: &ConnInfo, f| text(f, &record(i, b"GET / HTTP/1.1", b"ua"));
+        let proxy_line = |i: &ConnInfo, f| {
+            let r = ProxyRecord {
+                info: i,
+                backend: "127.0.0.1:9000",
+                from_client: 1,
+                to_client: 2,
+                duration: Duration::from_millis(5),
+                end: "done",
+            };
+            let mut out = Vec::new();
+            proxy(&mut out, f, &r);
+            String::from_utf8(out).unwrap()
+        };
+        // Not asked: the lines as before, no JSON keys.
+        assert!(http_line(&i, Format::Tls).ends_with(" ktls 3.456\n"));
+        assert!(proxy_line(&i, Format::Combined).ends_with(" ktls\n"));
+        let v: serde_json::Value = serde_json::from_str(&http_line(&i, Format::Json)).unwrap();
+        assert!(v.get("ssl_client_verify").is_none(), "{v}");
+        // Asked, none presented.
+        i.client_cert = ClientCert::Absent;
+        assert!(http_line(&i, Format::Tls).ends_with(" ktls 3.456 NONE \"-\"\n"));
+        let v: serde_json::Value = serde_json::from_str(&proxy_line(&i, Format::Json)).unwrap();
+        assert_eq!(v["ssl_client_verify"], "NONE");
+        assert!(v["ssl_client_s_dn_cn"].is_null(), "{v}");
+        // Verified, with a CN that needs escaping.
+        i.client_cert = ClientCert::Verified(std::sync::Arc::new(PeerCert {
+            cn: Some("al\"ice".into()),
+            subject: "CN=al\"ice".into(),
+            this_connection: true,
+        }));
+        assert!(proxy_line(&i, Format::Combined).ends_with(" ktls SUCCESS \"al\\x22ice\"\n"));
+        let v: serde_json::Value = serde_json::from_str(&http_line(&i, Format::Json)).unwrap();
+        assert_eq!(v["ssl_client_verify"], "SUCCESS");
+        assert_eq!(v["ssl_client_s_dn_cn"], "al\"ice");
+    }
+
+    #[test]
     fn times_are_formatted_as_nginx_does() {
         // 2026-11-24 13:32:47 UTC; and a leap day.
         assert_eq!(local_time(1_795_527_167), "24/Nov/2026:13:32:47 +0000");
