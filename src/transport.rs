@@ -136,8 +136,9 @@ pub(crate) trait Transport {
         len: u64,
     ) -> Result<usize, TransportError>;
 
-    /// Whether bytes given to the `_now` writes are still held in this
-    /// process (user-space TLS's queue): the session is not done writing.
+    /// Whether bytes given to the `_now` writes are still held back (in
+    /// user-space TLS's queue, or by kTLS's `TCP_CORK`) until an empty
+    /// `write_now` without `more`: the session is not done writing.
     fn pending(&self) -> bool;
 
     /// Wait until, with `read`, reading may make progress or, with

@@ -41,6 +41,16 @@ pub struct KtlsStream {
     /// Replace or stop using a key after this many records.
     limit: u64,
     peer_closed: bool,
+    /// `TCP_CORK` is on: HTTP/2 DATA frames from files, one record per
+    /// `sendfile()` (see `Transport::send_file_now`), gather into
+    /// full-size TCP segments as one long `sendfile()`'s records do,
+    /// instead of each closed record leaving as a segment of its own (the
+    /// socket has `TCP_NODELAY`). Put on at the second such frame of a
+    /// burst of writes and taken off by the empty `write_now` with which
+    /// the session ends a burst, before it waits.
+    corked: bool,
+    /// File payloads sent since the session last waited (or uncorked).
+    payloads: u8,
     /// The peer's control records, read in order.
     control: ControlReader,
 }
@@ -66,6 +76,8 @@ impl KtlsStream {
             // Keep a margin below rustls' limit: our counts are estimates.
             limit: limit - limit / 16,
             peer_closed: false,
+            corked: false,
+            payloads: 0,
             control: ControlReader::new(version),
         }
     }
@@ -581,6 +593,38 @@ impl KtlsStream {
     pub fn count_received(&mut self, bytes: u64) {
         self.rx_records += records_for(bytes);
     }
+
+    /// One `sendfile()` of at most `len` bytes: how much went (0: no room).
+    async fn sendfile_once(
+        &mut self,
+        file: &File,
+        offset: u64,
+        len: u64,
+    ) -> Result<usize, TransportError> {
+        if len == 0 {
+            return Ok(0);
+        }
+        // Room for at least two records under the current key (a rekey if
+        // need be), and no more in this call than the key may still
+        // protect: each call may end a record early (hence the extra one
+        // counted).
+        self.reserve_tx(2).await?;
+        let chunk = sendfile_chunk(len, self.limit - self.tx_records);
+        let mut off = offset;
+        match self.sock.try_io(Interest::WRITABLE, || {
+            rustix::fs::sendfile(self.sock.as_fd(), file.as_fd(), Some(&mut off), chunk)
+                .map_err(io::Error::from)
+        }) {
+            Ok(0) => Err(TransportError::FileShrank),
+            Ok(n) => {
+                // A partial send may close a record early: count one more.
+                self.tx_records += records_for(n as u64) + 1;
+                Ok(n)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    }
 }
 
 /// Bytes for one `sendfile` call with `left` to send and room for `room`
@@ -653,7 +697,7 @@ impl Transport for KtlsStream {
     ) -> Result<(), TransportError> {
         let end = offset + len;
         while offset < end {
-            match self.send_file_now(file, offset, end - offset).await? {
+            match self.sendfile_once(file, offset, end - offset).await? {
                 0 => self.writable().await?,
                 n => {
                     offset += n as u64;
@@ -701,8 +745,14 @@ impl Transport for KtlsStream {
     async fn write_now(&mut self, data: &[u8], more: bool) -> Result<usize, TransportError> {
         use rustix::net::SendFlags;
         if data.is_empty() {
-            // The kernel holds nothing back for us: a record left open by
-            // MSG_MORE closes with the next send without it.
+            // A record left open by MSG_MORE closes with the next send
+            // without it; what the cork holds goes now.
+            if !more && self.corked {
+                rustix::net::sockopt::set_tcp_cork(self.sock.as_fd(), false)
+                    .map_err(io::Error::from)?;
+                self.corked = false;
+                self.payloads = 0;
+            }
             return Ok(0);
         }
         let mut flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
@@ -728,36 +778,26 @@ impl Transport for KtlsStream {
         offset: u64,
         len: u64,
     ) -> Result<usize, TransportError> {
-        if len == 0 {
-            return Ok(0);
-        }
-        // Room for at least two records under the current key (a rekey if
-        // need be), and no more in this call than the key may still
-        // protect: each call may end a record early (hence the extra one
-        // counted).
-        self.reserve_tx(2).await?;
-        let chunk = sendfile_chunk(len, self.limit - self.tx_records);
-        let mut off = offset;
-        match self.sock.try_io(Interest::WRITABLE, || {
-            rustix::fs::sendfile(self.sock.as_fd(), file.as_fd(), Some(&mut off), chunk)
-                .map_err(io::Error::from)
-        }) {
-            Ok(0) => Err(TransportError::FileShrank),
-            Ok(n) => {
-                // A partial send may close a record early: count one more.
-                self.tx_records += records_for(n as u64) + 1;
-                Ok(n)
+        // A lone frame (a small file) goes out at once, uncorked: the cork
+        // is worth its two calls only for a run of records.
+        if !self.corked && len > 0 {
+            if self.payloads > 0 {
+                rustix::net::sockopt::set_tcp_cork(self.sock.as_fd(), true)
+                    .map_err(io::Error::from)?;
+                self.corked = true;
+            } else {
+                self.payloads = 1;
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
-            Err(e) => Err(e.into()),
         }
+        self.sendfile_once(file, offset, len).await
     }
 
     fn pending(&self) -> bool {
-        false
+        self.corked
     }
 
     async fn ready(&mut self, read: bool, write: bool) -> Result<(), TransportError> {
+        self.payloads = 0;
         crate::transport::ready(&self.sock, read && !self.peer_closed, write).await
     }
 

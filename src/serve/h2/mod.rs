@@ -9,6 +9,8 @@
 //! On kTLS a DATA frame whose payload comes from a file leaves as one
 //! record: its 9-byte header goes with `MSG_MORE` (after whatever else the
 //! write holds), then `sendfile()` of a payload sized to fill the record.
+//! A run of such frames goes under `TCP_CORK` (`ktls::stream`), which the
+//! empty `write_now` before each wait takes off.
 
 mod conn;
 pub(super) use conn::FILE_STREAMS;
