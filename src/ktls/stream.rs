@@ -607,8 +607,21 @@ impl KtlsStream {
         // Room for at least two records under the current key (a rekey if
         // need be), and no more in this call than the key may still
         // protect: each call may end a record early (hence the extra one
-        // counted).
-        self.reserve_tx(2).await?;
+        // counted). Checked here first: the rekey's future is made (and
+        // moved) only when it is due, not for every frame.
+        if self.tx_key_spent(2) {
+            self.reserve_tx(2).await?;
+        }
+        self.try_sendfile(file, offset, len)
+    }
+
+    /// The `sendfile()` itself, with room under the key made.
+    fn try_sendfile(
+        &mut self,
+        file: &File,
+        offset: u64,
+        len: u64,
+    ) -> Result<usize, TransportError> {
         let chunk = sendfile_chunk(len, self.limit - self.tx_records);
         let mut off = offset;
         match self.sock.try_io(Interest::WRITABLE, || {
@@ -759,7 +772,10 @@ impl Transport for KtlsStream {
         if more {
             flags |= SendFlags::MORE;
         }
-        self.reserve_tx(records_for(data.len() as u64)).await?;
+        let records = records_for(data.len() as u64);
+        if self.tx_key_spent(records) {
+            self.reserve_tx(records).await?;
+        }
         match self.sock.try_io(Interest::WRITABLE, || {
             rustix::net::send(self.sock.as_fd(), data, flags).map_err(io::Error::from)
         }) {
@@ -789,7 +805,13 @@ impl Transport for KtlsStream {
                 self.payloads = 1;
             }
         }
-        self.sendfile_once(file, offset, len).await
+        if len == 0 {
+            return Ok(0);
+        }
+        if self.tx_key_spent(2) {
+            self.reserve_tx(2).await?;
+        }
+        self.try_sendfile(file, offset, len)
     }
 
     fn pending(&self) -> bool {
