@@ -349,7 +349,10 @@ fn client_certificates_are_required_verified_logged_and_passed_to_the_backend() 
     let dir = tempfile::tempdir().unwrap();
     let sess = |who: &str| dir.path().join(format!("{who}.sess")).display().to_string();
     let get: &[u8] = b"GET /id.txt HTTP/1.1\r\nHost: req.test\r\nConnection: close\r\n\r\n";
-    for (who, cert, key) in [("alice", &alice, &alice_key), ("bob", &bob, &bob_key)] {
+    // A TLS 1.2 GET with `cert`, its session saved to (`-sess_out`) or
+    // taken from (`-sess_in`) `who`'s file.
+    let tls12 = |who: &str, cert: &str, key: &str, sess_arg: &str| {
+        let file = sess(who);
         let (out, err, _) = s_client(
             port,
             &[
@@ -363,13 +366,17 @@ fn client_certificates_are_required_verified_logged_and_passed_to_the_backend() 
                 cert,
                 "-key",
                 key,
-                "-sess_out",
-                &sess(who),
+                sess_arg,
+                &file,
             ],
             &[common::Step::Send(get)],
             Duration::from_secs(30),
         );
-        assert!(out.contains("mtls"), "{who}: {out}{err}");
+        format!("{out}{err}")
+    };
+    for (who, cert, key) in [("alice", &alice, &alice_key), ("bob", &bob, &bob_key)] {
+        let out = tls12(who, cert, key, "-sess_out");
+        assert!(out.contains("mtls"), "{who}: {out}");
     }
     s.clients.crl(&s.crl, &[11], 2, false);
     server.reload();
@@ -380,27 +387,9 @@ fn client_certificates_are_required_verified_logged_and_passed_to_the_backend() 
         ("alice", &alice, &alice_key, true),
         ("bob", &bob, &bob_key, false),
     ] {
-        let (out, err, _) = s_client(
-            port,
-            &[
-                "-servername",
-                "req.test",
-                "-CAfile",
-                &ca_arg,
-                "-tls1_2",
-                "-ign_eof",
-                "-cert",
-                cert,
-                "-key",
-                key,
-                "-sess_in",
-                &sess(who),
-            ],
-            &[common::Step::Send(get)],
-            Duration::from_secs(30),
-        );
-        assert!(out.contains("Reused, TLSv1.2"), "{who}: {out}{err}");
-        assert_eq!(out.contains("mtls"), served, "{who}: {out}{err}");
+        let out = tls12(who, cert, key, "-sess_in");
+        assert!(out.contains("Reused, TLSv1.2"), "{who}: {out}");
+        assert_eq!(out.contains("mtls"), served, "{who}: {out}");
     }
     let (code, _, err) = curl(
         &s,

@@ -177,87 +177,66 @@ fn versions_and_ciphers_per_site_with_openssl() {
         [ca_args, extra].concat()
     }
 
-    // TLS 1.2: refused by the 1.3-only site with protocol_version, taken
-    // by the default one on the same listener.
-    let (ok, text) = openssl(port, "strict.test", &with(&ca_args, &["-tls1_2"]));
-    assert!(!ok && text.contains("alert protocol version"), "{text}");
-    let (ok, text) = openssl(port, "default.test", &with(&ca_args, &["-tls1_2"]));
-    assert!(ok && text.contains("Protocol version: TLSv1.2"), "{text}");
-
-    // One TLS 1.3 suite: the one negotiated even when the client prefers
-    // others; a client without it is refused. The default site takes the
-    // client's first.
     let all13 = "TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256";
-    let (ok, text) = openssl(
-        port,
-        "strict.test",
-        &with(&ca_args, &["-tls1_3", "-ciphersuites", all13]),
-    );
-    assert!(
-        ok && text.contains("Ciphersuite: TLS_CHACHA20_POLY1305_SHA256"),
-        "{text}"
-    );
-    let (ok, text) = openssl(
-        port,
-        "strict.test",
-        &with(
-            &ca_args,
-            &[
-                "-tls1_3",
-                "-ciphersuites",
-                "TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256",
-            ],
+    let two13 = "TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256";
+    let two12 = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384";
+    let one12 = "ECDHE-ECDSA-AES128-GCM-SHA256";
+    // (site, client arguments, handshake done, what s_client says)
+    let cases: [(&str, &[&str], bool, &str); 8] = [
+        // TLS 1.2: refused by the 1.3-only site with protocol_version,
+        // taken by the default one on the same listener.
+        ("strict.test", &["-tls1_2"], false, "alert protocol version"),
+        (
+            "default.test",
+            &["-tls1_2"],
+            true,
+            "Protocol version: TLSv1.2",
         ),
-    );
-    assert!(!ok && text.contains("alert handshake failure"), "{text}");
-    let (ok, text) = openssl(
-        port,
-        "default.test",
-        &with(&ca_args, &["-tls1_3", "-ciphersuites", all13]),
-    );
-    assert!(
-        ok && text.contains("Ciphersuite: TLS_AES_256_GCM_SHA384"),
-        "{text}"
-    );
-
-    // One TLS 1.2 suite, likewise.
-    let (ok, text) = openssl(
-        port,
-        "one12.test",
-        &with(
-            &ca_args,
-            &[
-                "-tls1_2",
-                "-cipher",
-                "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384",
-            ],
+        // One TLS 1.3 suite: the one negotiated even when the client
+        // prefers others; a client without it is refused. The default
+        // site takes the client's first.
+        (
+            "strict.test",
+            &["-tls1_3", "-ciphersuites", all13],
+            true,
+            "Ciphersuite: TLS_CHACHA20_POLY1305_SHA256",
         ),
-    );
-    assert!(
-        ok && text.contains("Ciphersuite: ECDHE-ECDSA-AES256-GCM-SHA384"),
-        "{text}"
-    );
-    let (ok, text) = openssl(
-        port,
-        "one12.test",
-        &with(
-            &ca_args,
-            &["-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256"],
+        (
+            "strict.test",
+            &["-tls1_3", "-ciphersuites", two13],
+            false,
+            "alert handshake failure",
         ),
-    );
-    assert!(!ok && text.contains("alert handshake failure"), "{text}");
-    let (ok, text) = openssl(
-        port,
-        "default.test",
-        &with(
-            &ca_args,
-            &["-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256"],
+        (
+            "default.test",
+            &["-tls1_3", "-ciphersuites", all13],
+            true,
+            "Ciphersuite: TLS_AES_256_GCM_SHA384",
         ),
-    );
-    assert!(
-        ok && text.contains("Ciphersuite: ECDHE-ECDSA-AES128-GCM-SHA256"),
-        "{text}"
-    );
+        // One TLS 1.2 suite, likewise.
+        (
+            "one12.test",
+            &["-tls1_2", "-cipher", two12],
+            true,
+            "Ciphersuite: ECDHE-ECDSA-AES256-GCM-SHA384",
+        ),
+        (
+            "one12.test",
+            &["-tls1_2", "-cipher", one12],
+            false,
+            "alert handshake failure",
+        ),
+        (
+            "default.test",
+            &["-tls1_2", "-cipher", one12],
+            true,
+            "Ciphersuite: ECDHE-ECDSA-AES128-GCM-SHA256",
+        ),
+    ];
+    for (site, args, done, says) in cases {
+        let (ok, text) = openssl(port, site, &with(&ca_args, args));
+        assert!(ok == done && text.contains(says), "{site} {args:?}: {text}");
+    }
 }
 
 #[test]
