@@ -369,12 +369,7 @@ fn chromium_loads_a_page_of_many_assets_over_one_h2_connection() {
             "127.0.0.1:0",
         ],
     );
-    let metrics_url = server
-        .startup
-        .iter()
-        .find_map(|l| l.strip_prefix("metrics on ")?.split(',').next())
-        .unwrap_or_else(|| panic!("no admin address in {:?}", server.startup))
-        .to_string();
+    let metrics_url = server.metrics_url();
 
     // One launch: --dump-dom prints the page once it has loaded (its load
     // event has run, so every asset is in) and exits. The resolver sends

@@ -408,7 +408,7 @@ fn client_certificates_are_required_verified_logged_and_passed_to_the_backend() 
     // Every handshake above, by result: refused for want of a certificate
     // (1), from another CA (3), revoked (bob's full handshake and his
     // resumed session), served without one (1, optional).
-    let m = metrics(&server);
+    let m = server.metrics();
     for (result, n) in [
         ("missing", 1),
         ("unknown_ca", 3),
@@ -418,21 +418,6 @@ fn client_certificates_are_required_verified_logged_and_passed_to_the_backend() 
         let line = format!("tlsfront_client_certificates_total{{result=\"{result}\"}} {n}\n");
         assert!(m.contains(&line), "{line}{m}");
     }
-}
-
-fn metrics(server: &Server) -> String {
-    let addr = server
-        .startup
-        .iter()
-        .find_map(|l| l.strip_prefix("metrics on ")?.split(',').next())
-        .unwrap_or_else(|| panic!("no admin address in {:?}", server.startup))
-        .to_string();
-    let out = tool("curl")
-        .args(["-sS", "--max-time", "10"])
-        .arg(&addr)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]

@@ -150,21 +150,6 @@ fn handshake(port: u16, name: &str, cfg: Arc<rustls::ClientConfig>) -> Shook {
     }
 }
 
-fn metrics(server: &Server) -> String {
-    let addr = server
-        .startup
-        .iter()
-        .find_map(|l| l.strip_prefix("metrics on ")?.split(',').next())
-        .unwrap_or_else(|| panic!("no admin address in {:?}", server.startup))
-        .to_string();
-    let out = tool("curl")
-        .args(["-sS", "--max-time", "10"])
-        .arg(&addr)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[test]
 fn versions_and_ciphers_per_site_with_openssl() {
     let ca = Ca::new();
@@ -292,7 +277,7 @@ fn key_exchange_prefers_post_quantum_without_a_retry_and_follows_the_site() {
     // has the client's Finished, after the client is done: waited for).
     let want = "group=\"X25519MLKEM768\"} ";
     let text = wait_until(WAIT, "the X25519MLKEM768 handshakes in /metrics", || {
-        let m = metrics(&server);
+        let m = server.metrics();
         let n: u64 = m
             .lines()
             .filter(|l| l.starts_with("tlsfront_tls_negotiated_total{") && l.contains(want))

@@ -286,6 +286,26 @@ impl Server {
         self.child.id()
     }
 
+    /// The admin listener's `/metrics` URL, from the start-up line that
+    /// names it (a server started with `--admin` or `admin =`).
+    pub fn metrics_url(&self) -> String {
+        self.startup
+            .iter()
+            .find_map(|l| l.strip_prefix("metrics on ")?.split(',').next())
+            .unwrap_or_else(|| panic!("no admin address in {:?}", self.startup))
+            .to_string()
+    }
+
+    /// What `/metrics` says now (curl, the text format).
+    pub fn metrics(&self) -> String {
+        let out = tool("curl")
+            .args(["-sS", "--max-time", "10"])
+            .arg(self.metrics_url())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Resident memory of the server process, KiB.
     pub fn rss_kib(&self) -> u64 {
         self.status_kib("VmRSS:")
