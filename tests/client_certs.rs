@@ -418,16 +418,24 @@ fn client_certificates_are_required_verified_logged_and_passed_to_the_backend() 
     // Every handshake above, by result: refused for want of a certificate
     // (1), from another CA (3), revoked (bob's full handshake and his
     // resumed session), served without one (1, optional).
-    let m = server.metrics();
-    for (result, n) in [
+    // A refusal is counted once its alert is sent, maybe after the client
+    // read it: waited for.
+    let lines: Vec<String> = [
         ("missing", 1),
         ("unknown_ca", 3),
         ("revoked", 2),
         ("none", 1),
-    ] {
-        let line = format!("tlsfront_client_certificates_total{{result=\"{result}\"}} {n}\n");
-        assert!(m.contains(&line), "{line}{m}");
-    }
+    ]
+    .iter()
+    .map(|(result, n)| format!("tlsfront_client_certificates_total{{result=\"{result}\"}} {n}\n"))
+    .collect();
+    common::wait_until(WAIT, "the client certificate counts in /metrics", || {
+        let m = server.metrics();
+        match lines.iter().find(|l| !m.contains(l.as_str())) {
+            None => Ok(()),
+            Some(l) => Err(format!("{l}{m}")),
+        }
+    });
 }
 
 #[test]
