@@ -338,6 +338,39 @@ fn a_reload_changes_a_sites_versions() {
 }
 
 #[test]
+fn tls12_suites_that_no_certificate_key_can_sign_are_refused() {
+    // An ECDSA certificate, and TLS 1.2 suites for RSA keys only: no TLS
+    // 1.2 handshake could complete. `config check` and `run` say so.
+    let ca = Ca::new();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = ca.issue("ecdsa", &["a.test".to_string()], false);
+    let file = dir.path().join("rsa12.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[site]]\nnames = [\"a.test\"]\nroot = {:?}\ncert = {:?}\nkey = {:?}\n\
+             ciphers = [\"TLS_AES_128_GCM_SHA256\", \"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256\"]\n",
+            dir.path().display().to_string(),
+            cert.display().to_string(),
+            key.display().to_string()
+        ),
+    )
+    .unwrap();
+    let want = "setting ciphers: TLS 1.2 is allowed but none of the site's TLS 1.2 suites can be \
+                used with its certificate's key (ECDSA)";
+    for args in [&["config", "check"][..], &["run", "--config"]] {
+        let out = Command::new(BIN).args(args).arg(&file).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {text}");
+        assert!(
+            text.contains(want) && text.contains("TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"),
+            "{args:?}: {text}"
+        );
+    }
+}
+
+#[test]
 fn config_check_refuses_bad_names_naming_the_setting_and_the_valid_ones() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().display().to_string();

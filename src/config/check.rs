@@ -334,6 +334,7 @@ fn describe_site(
              first run): for testing only"
         );
     }
+    let mut keys = Vec::new();
     for (i, (c, k)) in site.certs.iter().enumerate() {
         let id = match cert::load(Some(c), Some(k)) {
             Ok(id) => id,
@@ -343,11 +344,12 @@ fn describe_site(
             }
         };
         let leaf = id.chain[0].clone();
-        if let Err(e) = id.key.certify(id.chain.clone(), &crate::tls::provider()) {
-            error(
+        match id.key.certify(id.chain.clone(), &crate::tls::provider()) {
+            Ok(key) => keys.push(std::sync::Arc::new(key)),
+            Err(e) => error(
                 out,
                 format!("{}: {}", site.key_origin, cert::mismatch(c, k, &e)),
-            );
+            ),
         }
         let facts = match cert::facts(&leaf) {
             Ok(f) => f,
@@ -416,6 +418,9 @@ fn describe_site(
                 ),
             );
         }
+    }
+    if let Err(e) = crate::tls::check_tls12_suites(&crate::tls::provider(), &keys, &site.tls) {
+        error(out, format!("{}, {e}", site.origin));
     }
     errors
 }

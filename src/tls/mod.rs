@@ -49,6 +49,8 @@ pub enum TlsConfigError {
     Setup(rustls::Error),
     #[error("the system's random number generator failed")]
     Rng,
+    #[error("setting ciphers: TLS 1.2 is allowed but none of the site's TLS 1.2 suites can be used with its certificate's key ({key}), so every TLS 1.2 client would be refused; add one of {valid}, or set tls_versions = [\"1.3\"]")]
+    NoTls12Suite { key: String, valid: String },
 }
 
 /// Options that shape the TLS server.
@@ -147,6 +149,7 @@ impl TlsShared {
         policy: &policy::Policy,
         client_auth: Option<client_auth::SiteVerifier>,
     ) -> Result<ServerConfigs, TlsConfigError> {
+        check_tls12_suites(&self.provider, &certs, policy)?;
         let resolver: Arc<dyn ResolvesServerCert> = Arc::new(SiteCerts::new(certs));
         // One cache of compressed certificates for all of the site's
         // configurations (rustls' default size).
@@ -233,6 +236,48 @@ impl ResolvesServerCert for SiteCerts {
             .or_else(|| self.0.first())
             .cloned()
     }
+}
+
+/// With TLS 1.2 allowed, one of the site's TLS 1.2 suites must sign with
+/// one of its keys (an ECDSA suite for an ECDSA or Ed25519 key, an RSA one
+/// for RSA): else no TLS 1.2 handshake could complete. Checked where the
+/// site is built and by `config check`.
+pub fn check_tls12_suites(
+    provider: &CryptoProvider,
+    certs: &[Arc<CertifiedKey>],
+    policy: &policy::Policy,
+) -> Result<(), TlsConfigError> {
+    if !policy.versions.contains(&policy::Version::Tls12) || certs.is_empty() {
+        return Ok(());
+    }
+    let tls12: Vec<&rustls::Tls12CipherSuite> = provider
+        .cipher_suites
+        .iter()
+        .filter_map(|s| match s {
+            rustls::SupportedCipherSuite::Tls12(t) => Some(*t),
+            _ => None,
+        })
+        .collect();
+    let usable =
+        |t: &rustls::Tls12CipherSuite| certs.iter().any(|c| c.key.choose_scheme(t.sign).is_some());
+    if tls12
+        .iter()
+        .any(|t| policy.suites.contains(&t.common.suite) && usable(t))
+    {
+        return Ok(());
+    }
+    let key = certs
+        .iter()
+        .map(|c| format!("{:?}", c.key.algorithm()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let valid = tls12
+        .iter()
+        .filter(|t| usable(t))
+        .filter_map(|t| t.common.suite.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(TlsConfigError::NoTls12Suite { key, valid })
 }
 
 /// A full handshake's configuration and a resumption's: they differ only
