@@ -359,7 +359,13 @@ fn tls12_suites_that_no_certificate_key_can_sign_are_refused() {
     let want = "setting ciphers: TLS 1.2 is allowed but none of the site's TLS 1.2 suites can be \
                 used with its certificate's key (ECDSA)";
     for args in [&["config", "check"][..], &["run", "--config"]] {
-        let out = Command::new(BIN).args(args).arg(&file).output().unwrap();
+        // Bounded: a `run` that took the config would serve until killed.
+        let out = tool("timeout")
+            .args(["60", BIN])
+            .args(args)
+            .arg(&file)
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned()
             + &String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?}: {text}");
