@@ -481,16 +481,8 @@ fn config_check_refuses_client_auth_without_a_usable_ca() {
             format!("[[site]]\nnames = [\"a.test\"]\nroot = {root:?}\n{extra}"),
         )
         .unwrap();
-        let data = tempfile::tempdir().unwrap();
-        let out = Command::new(BIN)
-            .args(["config", "check"])
-            .arg(&file)
-            .env("XDG_DATA_HOME", data.path())
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{name}: {text}");
+        let (ok, text) = common::config_check(&file);
+        assert!(!ok, "{name}: {text}");
         let at = format!("config file {}, {want}", file.display());
         assert!(text.contains(&at), "{name}: {text}\nwanted: {at}");
     }

@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::{s_client, tool, wait_until, Ca, Server, BIN, WAIT};
+use common::{config_check, s_client, tool, wait_until, Ca, Server, BIN, WAIT};
 use rustls::crypto::{aws_lc_rs, CryptoProvider, SupportedKxGroup};
 use rustls::pki_types::ServerName;
 use rustls::{HandshakeKind, NamedGroup};
@@ -408,16 +408,8 @@ fn config_check_refuses_bad_names_naming_the_setting_and_the_valid_ones() {
             format!("[[site]]\nnames = [\"a.test\"]\nroot = {root:?}\n{key} = {value}\n"),
         )
         .unwrap();
-        let data = tempfile::tempdir().unwrap();
-        let out = Command::new(BIN)
-            .args(["config", "check"])
-            .arg(&file)
-            .env("XDG_DATA_HOME", data.path())
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{text}");
+        let (ok, text) = config_check(&file);
+        assert!(!ok, "{text}");
         let at = format!(
             "config file {}, line 4 ([[site]] #1), {want}",
             file.display()

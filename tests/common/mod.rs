@@ -656,6 +656,21 @@ fn sigterm(pid: u32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `tlsfront config check FILE`, with a data directory of its own: whether
+/// it passed, and what it said (stdout, then stderr).
+pub fn config_check(file: &Path) -> (bool, String) {
+    let data = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["config", "check"])
+        .arg(file)
+        .env("XDG_DATA_HOME", data.path())
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
 /// A program from `tests/packages.txt`, the one list the test command
 /// installs: a test that runs anything else fails here, on this machine,
 /// rather than on a fresh one where it was never installed.
