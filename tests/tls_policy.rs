@@ -20,7 +20,6 @@ use rustls::{HandshakeKind, NamedGroup};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
