@@ -9,10 +9,10 @@
 
 mod common;
 
-use common::{s_client, tool, Ca, Server, BIN, WAIT};
+use common::{s_client, tool, Ca, Server, WAIT};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 /// A CA for client certificates, which also signs CRLs.
