@@ -16,29 +16,18 @@ use std::process::Stdio;
 use std::time::Duration;
 
 /// A CA for client certificates, which also signs CRLs.
-struct ClientCa {
-    dir: tempfile::TempDir,
-    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
-    pem: PathBuf,
+struct ClientCa(Ca);
+
+impl std::ops::Deref for ClientCa {
+    type Target = Ca;
+    fn deref(&self) -> &Ca {
+        &self.0
+    }
 }
 
 impl ClientCa {
     fn new(name: &str) -> ClientCa {
-        let dir = tempfile::tempdir().unwrap();
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        let cert = params.self_signed(&key).unwrap();
-        let pem = dir.path().join("ca.pem");
-        std::fs::write(&pem, cert.pem()).unwrap();
-        ClientCa {
-            dir,
-            issuer: rcgen::Issuer::new(params, key),
-            pem,
-        }
+        ClientCa(Ca::named(name))
     }
 
     /// A client certificate for `cn` with this serial: (cert, key) paths.

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{tool, Ca, Server, BIN};
+use common::{config_check, tool, Ca, Server, BIN};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -13,20 +13,6 @@ use std::time::Duration;
 /// A string as a TOML basic string.
 fn quoted(p: &Path) -> String {
     format!("{:?}", p.display().to_string())
-}
-
-/// `tlsfront config check FILE`: whether it passed, and all it printed.
-fn check(config: &Path) -> (bool, String) {
-    let data = tempfile::tempdir().unwrap();
-    let out = Command::new(BIN)
-        .args(["config", "check"])
-        .arg(config)
-        .env("XDG_DATA_HOME", data.path())
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text)
 }
 
 /// `tlsfront run --config FILE`, which must refuse to start: all it
@@ -94,7 +80,7 @@ fn check_and_run_refuse_an_empty_ticket_key_file_alike() {
         "setting ticket_keys: session ticket key file {} has 0 bytes",
         key.display()
     );
-    let (ok, text) = check(&cfg);
+    let (ok, text) = config_check(&cfg);
     assert!(!ok && text.contains(&want), "{text}");
     let text = refused_run(&cfg);
     assert!(text.contains(&want), "{text}");
@@ -111,7 +97,7 @@ fn check_and_run_refuse_an_access_log_in_a_missing_directory_alike() {
         site(dir.path(), &ca, "")
     );
     let cfg = config(dir.path(), &body);
-    let (ok, text) = check(&cfg);
+    let (ok, text) = config_check(&cfg);
     assert!(
         !ok && text.contains("setting access_log: cannot open the access log")
             && text.contains("no-such-dir"),
@@ -124,7 +110,7 @@ fn check_and_run_refuse_an_access_log_in_a_missing_directory_alike() {
     );
     // Once the directory exists, both accept it, and check makes no file.
     std::fs::create_dir(dir.path().join("no-such-dir")).unwrap();
-    let (ok, text) = check(&cfg);
+    let (ok, text) = config_check(&cfg);
     assert!(ok, "{text}");
     assert!(!log.exists());
 }
@@ -147,7 +133,7 @@ fn an_admin_address_that_is_a_listen_address_is_refused_by_both() {
          address",
         p.display()
     );
-    let (ok, text) = check(&p);
+    let (ok, text) = config_check(&p);
     assert!(!ok && text.contains(&want), "{text}");
     let text = refused_run(&p);
     assert!(text.contains(&want), "{text}");
@@ -171,7 +157,7 @@ fn a_certificate_that_does_not_cover_a_name_is_a_warning_in_both() {
         "certificate {} does not cover the name b.test (it is for a.test)",
         c.display()
     );
-    let (ok, text) = check(&cfg);
+    let (ok, text) = config_check(&cfg);
     assert!(ok, "{text}");
     assert!(text.contains(&format!("warning: {want}")), "{text}");
     let server = Server::run(&cfg, &[]);
@@ -196,7 +182,7 @@ fn ktls_require_is_decided_alike_and_a_refusal_does_not_say_it_serves() {
         dir.path(),
         &format!("ktls = \"require\"\n{}", site(dir.path(), &ca, "")),
     );
-    let (ok, text) = check(&cfg);
+    let (ok, text) = config_check(&cfg);
     if ok {
         // This kernel offloads everything: run starts as well.
         let server = Server::run(&cfg, &[]);
@@ -235,7 +221,7 @@ fn key_errors_name_the_key_setting_with_file_and_line() {
         other.display(),
         c.display()
     );
-    let (ok, text) = check(&p);
+    let (ok, text) = config_check(&p);
     assert!(!ok && text.contains(&want), "{text}");
     let text = refused_run(&p);
     assert!(text.contains(&want), "{text}");
@@ -266,7 +252,7 @@ fn key_errors_name_the_key_setting_with_file_and_line() {
         enc.display(),
         enc.display()
     );
-    let (ok, text) = check(&p);
+    let (ok, text) = config_check(&p);
     assert!(!ok && text.contains(&want), "{text}");
     assert!(
         !text.contains("no items found") && !text.contains("base64"),
@@ -296,7 +282,7 @@ fn a_chain_no_client_accepts_is_refused_naming_the_file() {
         "setting cert: certificate file {}: the chain is ",
         big.display()
     );
-    let (ok, text) = check(&p);
+    let (ok, text) = config_check(&p);
     assert!(!ok && text.contains(&want), "{text}");
     let text = refused_run(&p);
     assert!(text.contains(&want), "{text}");
@@ -316,7 +302,7 @@ fn a_certificate_without_names_says_so() {
             quoted(&k)
         ),
     );
-    let (_, text) = check(&p);
+    let (_, text) = config_check(&p);
     assert!(
         text.contains("in chain, for (no DNS names); valid"),
         "{text}"
@@ -344,7 +330,7 @@ fn file_mistakes_name_the_line_the_setting_and_the_fix() {
         ),
     ] {
         let p = config(dir.path(), &body);
-        let (ok, text) = check(&p);
+        let (ok, text) = config_check(&p);
         assert!(
             !ok && text.contains(&format!("config file {}, {want}", p.display())),
             "{body}\n=> {text}"
@@ -356,7 +342,7 @@ fn file_mistakes_name_the_line_the_setting_and_the_fix() {
     }
     let p = dir.path().join("empty.toml");
     std::fs::write(&p, format!("root = {root}\nlisten = []\n")).unwrap();
-    let (ok, text) = check(&p);
+    let (ok, text) = config_check(&p);
     assert!(
         !ok && text.contains("line 2: setting listen: an empty list listens nowhere"),
         "{text}"
@@ -399,7 +385,7 @@ fn check_and_run_decide_the_acme_state_directory_alike() {
         "{} belongs to uid 0, but the server process runs as nobody",
         acme.display()
     );
-    let (ok, text) = check(&cfg);
+    let (ok, text) = config_check(&cfg);
     assert!(
         !ok && text.contains(&want) && text.contains("chown -R"),
         "{text}"
@@ -408,7 +394,7 @@ fn check_and_run_decide_the_acme_state_directory_alike() {
     assert!(text.contains(&want), "{text}");
     // Missing: run makes it for nobody; check says so and makes nothing.
     std::fs::remove_dir(&acme).unwrap();
-    let (ok, text) = check(&cfg);
+    let (ok, text) = config_check(&cfg);
     assert!(ok, "{text}");
     assert!(
         text.contains(&format!(

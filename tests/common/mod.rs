@@ -737,20 +737,25 @@ pub fn served_fingerprint(port: u16, name: &str) -> String {
 
 /// A test CA that signs each site's certificates.
 pub struct Ca {
-    dir: tempfile::TempDir,
-    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    pub dir: tempfile::TempDir,
+    pub issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
     pub pem: PathBuf,
 }
 
 impl Ca {
     pub fn new() -> Ca {
+        Ca::named("tlsfront test CA")
+    }
+
+    /// A CA whose subject's common name is `name`.
+    pub fn named(name: &str) -> Ca {
         let dir = tempfile::tempdir().unwrap();
         let key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         params
             .distinguished_name
-            .push(rcgen::DnType::CommonName, "tlsfront test CA");
+            .push(rcgen::DnType::CommonName, name);
         let cert = params.self_signed(&key).unwrap();
         let pem = dir.path().join("ca.pem");
         std::fs::write(&pem, cert.pem()).unwrap();
