@@ -118,37 +118,6 @@ fn site(root: &Path) -> Vec<Asset> {
     assets
 }
 
-/// `openssl ARGS` fed `input`: its stdout.
-fn openssl(args: &[&str], input: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut child = tool("openssl")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run openssl");
-    child.stdin.take().unwrap().write_all(input).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
-
-/// Base64 of the SHA-256 of the certificate's SubjectPublicKeyInfo: what
-/// Chromium's `--ignore-certificate-errors-spki-list` takes.
-fn spki_hash(cert: &Path) -> String {
-    let pem = std::fs::read(cert).unwrap();
-    let key = openssl(&["x509", "-noout", "-pubkey"], &pem);
-    let der = openssl(&["pkey", "-pubin", "-outform", "DER"], &key);
-    let hash = openssl(&["dgst", "-sha256", "-binary"], &der);
-    let b64 = openssl(&["base64", "-A"], &hash);
-    String::from_utf8(b64).unwrap().trim().to_string()
-}
-
 fn base64_decode(s: &str) -> Vec<u8> {
     let value = |c: u8| -> u32 {
         match c {
@@ -379,36 +348,14 @@ fn chromium_loads_a_page_of_many_assets_over_one_h2_connection() {
     let net_log = dir.path().join("net-log.json");
     let dom = dir.path().join("dom.html");
     let errors = dir.path().join("chromium.err");
-    let mut cmd = tool("chromium");
-    cmd.args([
-        "--headless=new",
-        "--no-sandbox",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-default-apps",
-        "--disable-extensions",
-        "--disable-sync",
-    ])
-    .arg(format!(
-        "--user-data-dir={}",
-        dir.path().join("profile").display()
-    ))
-    .arg(format!(
-        "--host-resolver-rules=MAP {NAME} 127.0.0.1:{}, MAP * ~NOTFOUND",
-        server.port
-    ))
-    .arg(format!(
-        "--ignore-certificate-errors-spki-list={}",
-        spki_hash(&cert)
-    ))
-    .arg(format!("--log-net-log={}", net_log.display()))
-    .args(["--net-log-capture-mode=Everything", "--dump-dom"])
-    .arg(format!("https://{NAME}/"))
-    .stdin(Stdio::null())
-    .stdout(std::fs::File::create(&dom).unwrap())
-    .stderr(std::fs::File::create(&errors).unwrap())
-    .process_group(0);
+    let mut cmd = headless_chromium(dir.path(), NAME, server.port, &cert);
+    cmd.arg(format!("--log-net-log={}", net_log.display()))
+        .args(["--net-log-capture-mode=Everything", "--dump-dom"])
+        .arg(format!("https://{NAME}/"))
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&dom).unwrap())
+        .stderr(std::fs::File::create(&errors).unwrap())
+        .process_group(0);
     let started = std::time::Instant::now();
     let mut browser = Browser(
         cmd.spawn()

@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::{config_check, s_client, tool, wait_until, Ca, Server, BIN, WAIT};
+use common::{config_check, headless_chromium, s_client, tool, wait_until, Ca, Server, BIN, WAIT};
 use rustls::crypto::{aws_lc_rs, CryptoProvider, SupportedKxGroup};
 use rustls::pki_types::ServerName;
 use rustls::{HandshakeKind, NamedGroup};
@@ -417,62 +417,13 @@ fn config_check_refuses_bad_names_naming_the_setting_and_the_valid_ones() {
     }
 }
 
-/// The SHA-256 of a certificate's public key, base64 (Chromium's
-/// `--ignore-certificate-errors-spki-list`).
-fn spki_hash(cert: &Path) -> String {
-    use rustls::pki_types::pem::PemObject;
-    let der = rustls::pki_types::CertificateDer::from_pem_file(cert).unwrap();
-    let (_, x509) = x509_parser::parse_x509_certificate(&der).unwrap();
-    let digest = ::aws_lc_rs::digest::digest(
-        &::aws_lc_rs::digest::SHA256,
-        x509.tbs_certificate.subject_pki.raw,
-    );
-    const ABC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in digest.as_ref().chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ABC[(n >> (18 - 6 * i) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 /// What Chromium's net log says of its TLS handshakes: the key exchange
 /// group of each, and the types of the handshake messages it received.
 fn chromium_handshakes(port: u16, cert: &Path, name: &str) -> (Vec<i64>, Vec<i64>) {
     use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
     let net_log = dir.path().join("net-log.json");
-    let mut child = tool("chromium")
-        .args([
-            "--headless=new",
-            "--no-sandbox",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-default-apps",
-            "--disable-extensions",
-            "--disable-sync",
-        ])
-        .arg(format!(
-            "--user-data-dir={}",
-            dir.path().join("profile").display()
-        ))
-        .arg(format!(
-            "--host-resolver-rules=MAP {name} 127.0.0.1:{port}, MAP * ~NOTFOUND"
-        ))
-        .arg(format!(
-            "--ignore-certificate-errors-spki-list={}",
-            spki_hash(cert)
-        ))
+    let mut child = headless_chromium(dir.path(), name, port, cert)
         .arg(format!("--log-net-log={}", net_log.display()))
         .args(["--net-log-capture-mode=Everything", "--dump-dom"])
         .arg(format!("https://{name}/id.txt"))

@@ -656,6 +656,64 @@ fn sigterm(pid: u32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `openssl ARGS` fed `input`: its stdout.
+pub fn openssl_filter(args: &[&str], input: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut child = tool("openssl")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run openssl");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Base64 of the SHA-256 of the certificate's SubjectPublicKeyInfo: what
+/// Chromium's `--ignore-certificate-errors-spki-list` takes.
+pub fn spki_hash(cert: &Path) -> String {
+    let pem = std::fs::read(cert).unwrap();
+    let key = openssl_filter(&["x509", "-noout", "-pubkey"], &pem);
+    let der = openssl_filter(&["pkey", "-pubin", "-outform", "DER"], &key);
+    let hash = openssl_filter(&["dgst", "-sha256", "-binary"], &der);
+    let b64 = openssl_filter(&["base64", "-A"], &hash);
+    String::from_utf8(b64).unwrap().trim().to_string()
+}
+
+/// Headless Chromium (as root: `--no-sandbox`), with a profile in `dir`,
+/// `name` resolved to 127.0.0.1:`port` and every other name nowhere (no
+/// network), the certificate in `cert` trusted by its key's hash; the
+/// caller adds the net log, the URL and what to do.
+pub fn headless_chromium(dir: &Path, name: &str, port: u16, cert: &Path) -> Command {
+    let mut cmd = tool("chromium");
+    cmd.args([
+        "--headless=new",
+        "--no-sandbox",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-default-apps",
+        "--disable-extensions",
+        "--disable-sync",
+    ])
+    .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+    .arg(format!(
+        "--host-resolver-rules=MAP {name} 127.0.0.1:{port}, MAP * ~NOTFOUND"
+    ))
+    .arg(format!(
+        "--ignore-certificate-errors-spki-list={}",
+        spki_hash(cert)
+    ));
+    cmd
+}
+
 /// `tlsfront config check FILE`, with a data directory of its own: whether
 /// it passed, and what it said (stdout, then stderr).
 pub fn config_check(file: &Path) -> (bool, String) {
