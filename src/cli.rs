@@ -145,6 +145,11 @@ pub struct GlobalArgs {
     /// file's listen, else 127.0.0.1:8443].
     #[arg(long, value_name = "ADDR")]
     pub listen: Vec<String>,
+    /// Plain-HTTP address (repeatable) that redirects to HTTPS and answers
+    /// ACME HTTP-01, e.g. 0.0.0.0:80 [default: the config file's
+    /// http_listen, else none].
+    #[arg(long, value_name = "ADDR")]
+    pub http_listen: Vec<String>,
     /// Plain-HTTP admin address for /metrics (Prometheus) and /healthz,
     /// e.g. 127.0.0.1:9101 [default: none].
     #[arg(long, value_name = "ADDR")]
@@ -198,6 +203,10 @@ impl GlobalArgs {
                 .map(|l| toml::Spanned::new(0..0, l.clone()))
                 .collect();
             o.flag("listen", "--listen");
+        }
+        if !self.http_listen.is_empty() {
+            f.http_listen = self.http_listen.clone();
+            o.flag("http_listen", "--http-listen");
         }
         if let Some(a) = &self.admin {
             f.admin = Some(toml::Spanned::new(0..0, a.clone()));

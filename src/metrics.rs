@@ -125,6 +125,21 @@ struct CertResult {
     result: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PlainAnswer {
+    answer: &'static str,
+}
+
+/// The answers of `tlsfront_plain_http_requests_total`, made at zero on
+/// start (see `server::plain`).
+pub const PLAIN_HTTP_ANSWERS: [&str; 5] = [
+    "redirect",
+    "acme_challenge",
+    "misdirected",
+    "not_found",
+    "bad_request",
+];
+
 /// The results of `tlsfront_client_certificates_total`, made at zero on
 /// start: a handshake done with a verified certificate or (`optional`)
 /// none, or refused for want of one or because it did not verify.
@@ -646,6 +661,7 @@ pub struct Metrics {
     negotiated: Family<Negotiated, Counter>,
     handshake_failures: Named<Reason>,
     client_certs: Named<CertResult>,
+    plain_http: Named<PlainAnswer>,
     fallback: [Counter; 5],
     responses: Family<SiteStatus, Counter>,
     duration: Family<SiteLabel, Histogram>,
@@ -748,6 +764,15 @@ impl Default for Metrics {
             "client_certificates",
             "TLS handshakes on sites that ask for a client certificate, by result",
             client_certs.family.clone(),
+        );
+        let plain_http = Named::new(|answer| PlainAnswer { answer });
+        for answer in PLAIN_HTTP_ANSWERS {
+            let _ = plain_http.family.get_or_create(&PlainAnswer { answer });
+        }
+        r.register(
+            "plain_http_requests",
+            "Requests on the plain-HTTP (http_listen) listeners, by answer",
+            plain_http.family.clone(),
         );
         let fallback_family = Family::<Reason, Counter>::default();
         r.register(
@@ -861,6 +886,7 @@ impl Default for Metrics {
             negotiated,
             handshake_failures,
             client_certs,
+            plain_http,
             fallback,
             responses,
             duration,
@@ -979,6 +1005,12 @@ impl Metrics {
 
     /// A handshake done on a site that asks for client certificates:
     /// `verified` or `none`.
+    /// A request on a plain-HTTP listener, by its answer (one of
+    /// [`PLAIN_HTTP_ANSWERS`]).
+    pub fn plain_http(&self, answer: &'static str) {
+        self.plain_http.inc(answer);
+    }
+
     pub fn client_cert(&self, c: &crate::tls::client_auth::ClientCert) {
         use crate::tls::client_auth::ClientCert;
         match c {

@@ -76,7 +76,7 @@ chmod 755 "$dir"
 chmod 666 "$dir/notify"
 # shellcheck disable=SC2086  # ExecStart's words
 env "$env_line" XDG_DATA_HOME="$dir/state" NOTIFY_SOCKET="$dir/notify" \
-  $exec_start --listen 127.0.0.1:0 >"$dir/log" 2>&1 &
+  $exec_start --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 >"$dir/log" 2>&1 &
 pid=$!
 port=$(tlsfront_port "$dir/log")
 check "the installed tlsfront starts with the packaged config" test -n "$port"
@@ -92,6 +92,10 @@ check "it says the server process runs as www-data" grep -q "running as user www
 ca=$dir/state/tlsfront/cert.pem
 get() { curl -sS --max-time 30 --cacert "$ca" "https://127.0.0.1:$port/tlsfront-package-test.txt" 2>&1 || true; }
 check "it serves /var/www/html over HTTPS (curl picks h2)" test "$(get)" = "packaged hello"
+http_port=$(sed -n 's|^plain HTTP on http://127.0.0.1:\([0-9]*\)/.*|\1|p' "$dir/log" | head -n1)
+redirect() { curl -sS --max-time 30 -o /dev/null -w '%{http_code} %{redirect_url}' "http://localhost:${http_port:-0}/a?b" 2>&1 || true; }
+check "its plain-HTTP listener (bound by the root parent) redirects to HTTPS" \
+  test "$(redirect)" = "308 https://localhost:$port/a?b"
 # The packaged config logs to /var/log/tlsfront/access.log, which the parent
 # opens as root: the file is root's, never www-data's.
 await grep -q '"GET /tlsfront-package-test.txt HTTP/2.0" 200 15' /var/log/tlsfront/access.log || true

@@ -36,6 +36,7 @@ complete -c tlsfront -n "__fish_tlsfront_needs_command" -f -a "generate" -d 'The
 complete -c tlsfront -n "__fish_tlsfront_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c tlsfront -n "__fish_tlsfront_using_subcommand run" -l config -d 'The config file: listeners and [[site]] tables (see docs/CONFIG.md)' -r -F
 complete -c tlsfront -n "__fish_tlsfront_using_subcommand run" -l listen -d 'Address to listen on, IPv4 or IPv6 (repeatable) [default: the config file\'s listen, else 127.0.0.1:8443]' -r
+complete -c tlsfront -n "__fish_tlsfront_using_subcommand run" -l http-listen -d 'Plain-HTTP address (repeatable) that redirects to HTTPS and answers ACME HTTP-01, e.g. 0.0.0.0:80 [default: the config file\'s http_listen, else none]' -r
 complete -c tlsfront -n "__fish_tlsfront_using_subcommand run" -l admin -d 'Plain-HTTP admin address for /metrics (Prometheus) and /healthz, e.g. 127.0.0.1:9101 [default: none]' -r
 complete -c tlsfront -n "__fish_tlsfront_using_subcommand run" -l workers -d 'Worker threads [default: number of cores]' -r
 complete -c tlsfront -n "__fish_tlsfront_using_subcommand run" -l ktls -d 'Kernel TLS: auto (use where possible), off, or require [default: auto]' -r -f -a "auto\t'Use kTLS where the kernel takes the negotiated cipher; user-space TLS otherwise'
@@ -53,6 +54,7 @@ json\t'One JSON object per line, every field named'"
 complete -c tlsfront -n "__fish_tlsfront_using_subcommand run" -l accept-proxy -d 'Expect a PROXY v1/v2 header from a load balancer in front, and pass its client address on. Only from --proxy-from sources'
 complete -c tlsfront -n "__fish_tlsfront_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c tlsfront -n "__fish_tlsfront_using_subcommand serve" -l listen -d 'Address to listen on, IPv4 or IPv6 (repeatable) [default: the config file\'s listen, else 127.0.0.1:8443]' -r
+complete -c tlsfront -n "__fish_tlsfront_using_subcommand serve" -l http-listen -d 'Plain-HTTP address (repeatable) that redirects to HTTPS and answers ACME HTTP-01, e.g. 0.0.0.0:80 [default: the config file\'s http_listen, else none]' -r
 complete -c tlsfront -n "__fish_tlsfront_using_subcommand serve" -l admin -d 'Plain-HTTP admin address for /metrics (Prometheus) and /healthz, e.g. 127.0.0.1:9101 [default: none]' -r
 complete -c tlsfront -n "__fish_tlsfront_using_subcommand serve" -l workers -d 'Worker threads [default: number of cores]' -r
 complete -c tlsfront -n "__fish_tlsfront_using_subcommand serve" -l ktls -d 'Kernel TLS: auto (use where possible), off, or require [default: auto]' -r -f -a "auto\t'Use kTLS where the kernel takes the negotiated cipher; user-space TLS otherwise'
@@ -83,6 +85,7 @@ complete -c tlsfront -n "__fish_tlsfront_using_subcommand serve" -l autoindex -d
 complete -c tlsfront -n "__fish_tlsfront_using_subcommand serve" -l follow-symlinks-outside -d 'Serve files reached through symlinks that lead outside DIR'
 complete -c tlsfront -n "__fish_tlsfront_using_subcommand serve" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c tlsfront -n "__fish_tlsfront_using_subcommand proxy" -l listen -d 'Address to listen on, IPv4 or IPv6 (repeatable) [default: the config file\'s listen, else 127.0.0.1:8443]' -r
+complete -c tlsfront -n "__fish_tlsfront_using_subcommand proxy" -l http-listen -d 'Plain-HTTP address (repeatable) that redirects to HTTPS and answers ACME HTTP-01, e.g. 0.0.0.0:80 [default: the config file\'s http_listen, else none]' -r
 complete -c tlsfront -n "__fish_tlsfront_using_subcommand proxy" -l admin -d 'Plain-HTTP admin address for /metrics (Prometheus) and /healthz, e.g. 127.0.0.1:9101 [default: none]' -r
 complete -c tlsfront -n "__fish_tlsfront_using_subcommand proxy" -l workers -d 'Worker threads [default: number of cores]' -r
 complete -c tlsfront -n "__fish_tlsfront_using_subcommand proxy" -l ktls -d 'Kernel TLS: auto (use where possible), off, or require [default: auto]' -r -f -a "auto\t'Use kTLS where the kernel takes the negotiated cipher; user-space TLS otherwise'

@@ -1,7 +1,10 @@
-//! TLS-ALPN-01 (RFC 8737): the challenge certificates being answered and the
-//! rustls server configuration that presents them. The listener that accepts
-//! port 443 owns the socket; this module only decides what a ClientHello
-//! offering "acme-tls/1" gets to see.
+//! The answers to ACME challenges while an order waits for validation:
+//! TLS-ALPN-01 (RFC 8737) challenge certificates and the rustls server
+//! configuration that presents them, and HTTP-01 (RFC 8555 section 8.3) key
+//! authorizations by token. The listeners own the sockets (port 443 and the
+//! plain-HTTP `http_listen` one); this module only decides what a
+//! ClientHello offering "acme-tls/1", or a request for
+//! `/.well-known/acme-challenge/<token>`, gets to see.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -26,13 +29,38 @@ pub fn is_challenge_hello(hello: &ClientHello<'_>) -> bool {
         .is_some_and(|mut protocols| protocols.any(|p| p == ACME_TLS_ALPN))
 }
 
-/// TLS-ALPN-01 challenge certificates being answered, shared with the
-/// listener: cloning shares the same set. Keyed by the lowercased DNS name
-/// being validated.
+/// The path prefix of an HTTP-01 validation request (RFC 8555 section
+/// 8.3); the token follows it.
+pub const HTTP01_PREFIX: &str = "/.well-known/acme-challenge/";
+
+/// Which challenge a site's names are proven with (`acme_challenge`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+pub enum ChallengeKind {
+    /// TLS-ALPN-01 when the CA offers it (it needs nothing but the TLS
+    /// listener), else HTTP-01 when a plain-HTTP listener runs.
+    #[default]
+    #[serde(rename = "auto")]
+    Auto,
+    /// TLS-ALPN-01 on the TLS listener (port 443 as the CA reaches it).
+    #[serde(rename = "tls-alpn-01")]
+    TlsAlpn01,
+    /// HTTP-01 on the plain-HTTP listener (port 80 as the CA reaches it).
+    #[serde(rename = "http-01")]
+    Http01,
+}
+
+/// The challenges being answered, shared with the listeners: cloning
+/// shares the same sets. TLS-ALPN-01 certificates are keyed by the
+/// lowercased DNS name being validated, HTTP-01 key authorizations by
+/// token.
 #[derive(Clone, Default)]
 pub struct Challenges {
     // A std lock: held only to copy an Arc in or out, never across an await.
     inner: Arc<RwLock<HashMap<String, Arc<CertifiedKey>>>>,
+    http: Arc<RwLock<HashMap<String, Arc<str>>>>,
+    /// Whether a plain-HTTP listener runs to answer HTTP-01 (set once at
+    /// start; a process without one cannot be validated that way).
+    http_listening: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for Challenges {
@@ -79,6 +107,40 @@ impl Challenges {
         Ok(Arc::new(config))
     }
 
+    /// The key authorization for an HTTP-01 `token`, if one is being
+    /// answered.
+    pub fn http_answer(&self, token: &str) -> Option<Arc<str>> {
+        self.http
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(token)
+            .cloned()
+    }
+
+    /// Say that a plain-HTTP listener runs (and HTTP-01 can be answered).
+    pub fn set_http_listening(&self, on: bool) {
+        self.http_listening
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether HTTP-01 can be answered here.
+    pub fn http_listening(&self) -> bool {
+        self.http_listening
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Answer HTTP-01 for `token` until the returned guard is dropped.
+    pub(crate) fn answer_http(&self, token: &str, key_authorization: &str) -> AnsweringHttp {
+        self.http
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(token.to_string(), key_authorization.into());
+        AnsweringHttp {
+            challenges: self.clone(),
+            token: token.to_string(),
+        }
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<CertifiedKey>>> {
         // A panic elsewhere while holding the lock leaves the map intact
         // (every write is one insert or remove): keep serving it.
@@ -110,6 +172,22 @@ pub(crate) struct Answering {
 impl Drop for Answering {
     fn drop(&mut self) {
         self.challenges.write().remove(&self.name);
+    }
+}
+
+/// An HTTP-01 answer that is up; dropping this takes it down.
+pub(crate) struct AnsweringHttp {
+    challenges: Challenges,
+    token: String,
+}
+
+impl Drop for AnsweringHttp {
+    fn drop(&mut self) {
+        self.challenges
+            .http
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.token);
     }
 }
 

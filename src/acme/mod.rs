@@ -22,7 +22,7 @@
 mod challenge;
 mod client;
 
-pub use challenge::{is_challenge_hello, Challenges, ACME_TLS_ALPN};
+pub use challenge::{is_challenge_hello, ChallengeKind, Challenges, ACME_TLS_ALPN, HTTP01_PREFIX};
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -123,10 +123,16 @@ pub enum AcmeError {
         names: String,
         detail: String,
     },
-    #[error("the ACME CA offers no TLS-ALPN-01 challenge for {name} (it offers: {offered}); this client answers TLS-ALPN-01 only")]
-    NoTlsAlpn { name: String, offered: String },
+    #[error("the ACME CA offers no challenge for {name} that this server can answer (it offers: {offered}; {wanted})")]
+    NoChallenge {
+        name: String,
+        offered: String,
+        wanted: &'static str,
+    },
     #[error("the ACME CA could not validate {name} with TLS-ALPN-01: {detail}; check that {name} resolves to this server, that its port 443 reaches this listener, and that nothing in front of it terminates TLS")]
     Challenge { name: String, detail: String },
+    #[error("the ACME CA could not validate {name} with HTTP-01: {detail}; check that {name} resolves to this server and that its port 80 reaches the http_listen listener (a redirect or proxy in front of it must pass /.well-known/acme-challenge/ on)")]
+    HttpChallenge { name: String, detail: String },
     #[error("the ACME CA at {url} rejected the replay nonce of a request while {step} (badNonce, RFC 8555 section 6.5: each request carries a one-time nonce from the CA, and it refused {MAX_NONCES} nonces in a row, each retry with a fresh one): this is not a failed validation and says nothing about the names or this server; it is tried again at the next attempt")]
     BadNonce { url: String, step: String },
     #[error("the ACME CA did not issue the certificate for {names}: {detail}")]
@@ -253,9 +259,20 @@ pub async fn obtain(
     names: &[String],
     challenges: &Challenges,
 ) -> Result<Issued, AcmeError> {
+    obtain_with(settings, names, challenges, ChallengeKind::Auto).await
+}
+
+/// [`obtain`], proving the names with the challenge `kind` (a site's
+/// `acme_challenge`).
+pub async fn obtain_with(
+    settings: &AcmeSettings,
+    names: &[String],
+    challenges: &Challenges,
+    kind: ChallengeKind,
+) -> Result<Issued, AcmeError> {
     let names = normalize(names)?;
     let http = client::AcmeHttp::new(settings.extra_roots.as_deref())?;
-    let work = obtain_names(settings, &names, challenges, http);
+    let work = obtain_names(settings, &names, challenges, kind, http);
     match tokio::time::timeout(OBTAIN_TIMEOUT, work).await {
         Ok(result) => result,
         Err(_) => Err(AcmeError::Timeout {
@@ -272,6 +289,7 @@ async fn obtain_names<H: instant_acme::HttpClient + Clone>(
     settings: &AcmeSettings,
     names: &[String],
     challenges: &Challenges,
+    kind: ChallengeKind,
     http: H,
 ) -> Result<Issued, AcmeError> {
     let listed = names.join(", ");
@@ -313,6 +331,9 @@ async fn obtain_names<H: instant_acme::HttpClient + Clone>(
     // Put up a challenge certificate for each name the CA wants proven; the
     // guards take them down when this function returns, however it does.
     let mut answering = Vec::new();
+    let mut answering_http = Vec::new();
+    // The kind of challenge answered, for the words of a failure.
+    let mut tried = ChallengeType::TlsAlpn01;
     let mut authorizations = order.authorizations();
     while let Some(authorization) = authorizations.next().await {
         let mut authorization = authorization.map_err(|e| order_error(describe(&e)))?;
@@ -329,18 +350,29 @@ async fn obtain_names<H: instant_acme::HttpClient + Clone>(
             }
         }
         let offered = offered(&authorization.challenges);
-        let Some(mut challenge) = authorization.challenge(ChallengeType::TlsAlpn01) else {
-            return Err(AcmeError::NoTlsAlpn { name, offered });
+        let ty = pick_challenge(kind, challenges.http_listening(), |t| {
+            authorization.challenges.iter().any(|c| c.r#type == t)
+        })
+        .ok_or_else(|| AcmeError::NoChallenge {
+            name: name.clone(),
+            offered,
+            wanted: wanted(kind, challenges.http_listening()),
+        })?;
+        let Some(mut challenge) = authorization.challenge(ty.clone()) else {
+            unreachable!("pick_challenge picks an offered challenge")
         };
-        let digest = challenge.key_authorization().digest();
-        let key = challenge::challenge_key(&name, digest.as_ref())?;
-        answering.push(challenges.answer(&name, key));
+        let key_authorization = challenge.key_authorization();
+        tried = ty.clone();
+        if ty == ChallengeType::Http01 {
+            answering_http
+                .push(challenges.answer_http(&challenge.token, key_authorization.as_str()));
+        } else {
+            let key = challenge::challenge_key(&name, key_authorization.digest().as_ref())?;
+            answering.push(challenges.answer(&name, key));
+        }
         retry_bad_nonce!(challenge.set_ready()).map_err(|e| {
             bad_nonce_or(e, settings, &format!("asking it to validate {name}"), |e| {
-                AcmeError::Challenge {
-                    name: name.clone(),
-                    detail: describe(&e),
-                }
+                challenge_error(&ty, name.clone(), describe(&e))
             })
         })?;
     }
@@ -354,7 +386,7 @@ async fn obtain_names<H: instant_acme::HttpClient + Clone>(
             })
         }
         Ok(_) | Err(instant_acme::Error::Api(_)) => {
-            return Err(why_invalid(&mut order, &listed).await)
+            return Err(why_invalid(&mut order, &listed, &tried).await)
         }
         Err(instant_acme::Error::Timeout(_)) => {
             return Err(AcmeError::Timeout {
@@ -365,7 +397,7 @@ async fn obtain_names<H: instant_acme::HttpClient + Clone>(
         }
         Err(e) => return Err(order_error(describe(&e))),
     }
-    drop(answering);
+    drop((answering, answering_http));
 
     // The certificate's key: fresh for every issuance, so a renewal never
     // prolongs the life of a key that may have leaked.
@@ -424,9 +456,53 @@ async fn obtain_names<H: instant_acme::HttpClient + Clone>(
     Ok(issued)
 }
 
+/// The challenge to answer for an authorization, given what the site asks
+/// for (`kind`), whether a plain-HTTP listener runs, and what the CA
+/// offers (`offers`).
+fn pick_challenge(
+    kind: ChallengeKind,
+    http_listening: bool,
+    offers: impl Fn(ChallengeType) -> bool,
+) -> Option<ChallengeType> {
+    let candidates: &[ChallengeType] = match kind {
+        ChallengeKind::Auto if http_listening => &[ChallengeType::TlsAlpn01, ChallengeType::Http01],
+        ChallengeKind::Auto | ChallengeKind::TlsAlpn01 => &[ChallengeType::TlsAlpn01],
+        ChallengeKind::Http01 if http_listening => &[ChallengeType::Http01],
+        ChallengeKind::Http01 => &[],
+    };
+    candidates.iter().find(|t| offers((*t).clone())).cloned()
+}
+
+/// What [`pick_challenge`] looked for, for [`AcmeError::NoChallenge`].
+fn wanted(kind: ChallengeKind, http_listening: bool) -> &'static str {
+    match (kind, http_listening) {
+        (ChallengeKind::Auto, true) => "this server answers tls-alpn-01 and http-01",
+        (ChallengeKind::Auto, false) => {
+            "this server answers tls-alpn-01, and http-01 once http_listen is set"
+        }
+        (ChallengeKind::TlsAlpn01, _) => "the site's acme_challenge is \"tls-alpn-01\"",
+        (ChallengeKind::Http01, true) => "the site's acme_challenge is \"http-01\"",
+        (ChallengeKind::Http01, false) => {
+            "the site's acme_challenge is \"http-01\" and no http_listen listener runs"
+        }
+    }
+}
+
+/// A failed validation, in the words of the challenge tried.
+fn challenge_error(ty: &ChallengeType, name: String, detail: String) -> AcmeError {
+    match ty {
+        ChallengeType::Http01 => AcmeError::HttpChallenge { name, detail },
+        _ => AcmeError::Challenge { name, detail },
+    }
+}
+
 /// After an order went invalid: the names whose validation failed and the
 /// CA's problem documents for them.
-async fn why_invalid(order: &mut instant_acme::Order, listed: &str) -> AcmeError {
+async fn why_invalid(
+    order: &mut instant_acme::Order,
+    listed: &str,
+    ty: &ChallengeType,
+) -> AcmeError {
     let mut failed: Vec<(String, String)> = Vec::new();
     let mut authorizations = order.authorizations();
     while let Some(authorization) = authorizations.next().await {
@@ -457,23 +533,21 @@ async fn why_invalid(order: &mut instant_acme::Order, listed: &str) -> AcmeError
         failed.push((listed.to_string(), "the order became invalid".into()));
     }
     if let [(name, detail)] = failed.as_slice() {
-        return AcmeError::Challenge {
-            name: name.clone(),
-            detail: detail.clone(),
-        };
+        return challenge_error(ty, name.clone(), detail.clone());
     }
-    AcmeError::Challenge {
-        name: failed
+    challenge_error(
+        ty,
+        failed
             .iter()
             .map(|(n, _)| n.as_str())
             .collect::<Vec<_>>()
             .join(", "),
-        detail: failed
+        failed
             .iter()
             .map(|(n, d)| format!("{n}: {d}"))
             .collect::<Vec<_>>()
             .join("; "),
-    }
+    )
 }
 
 fn offered(challenges: &[instant_acme::Challenge]) -> String {
@@ -1206,7 +1280,15 @@ mod tests {
         let ca = NonceCa::rejecting("/chall/1", usize::MAX);
         let challenges = Challenges::default();
         let names = vec!["a.example.com".to_string()];
-        let Err(err) = obtain_names(&settings, &names, &challenges, ca.clone()).await else {
+        let Err(err) = obtain_names(
+            &settings,
+            &names,
+            &challenges,
+            ChallengeKind::Auto,
+            ca.clone(),
+        )
+        .await
+        else {
             panic!("issued with every nonce of the challenge rejected");
         };
         assert!(

@@ -119,6 +119,8 @@ pub struct SiteFile {
     /// The certificate comes from the ACME CA (`acme_directory`), answered
     /// with TLS-ALPN-01 on the site's own listener.
     pub acme: bool,
+    /// How the CA validates the names: `auto`, `tls-alpn-01`, `http-01`.
+    pub acme_challenge: Option<crate::acme::ChallengeKind>,
     /// Static files from this directory…
     pub root: Option<PathBuf>,
     pub autoindex: Option<bool>,
@@ -184,6 +186,12 @@ pub struct FileConfig {
     pub listen: Vec<Spanned<String>>,
     /// Plain-HTTP admin listener: `/metrics` and `/healthz` (off unset).
     pub admin: Option<Spanned<String>>,
+    /// Plain-HTTP listeners (port 80): ACME HTTP-01 answers, and a
+    /// redirect to `https://` for every other request (off unset).
+    pub http_listen: Vec<String>,
+    /// The redirect's status: 308 (the default) or 301 (for GET and HEAD;
+    /// other methods still get 308, which keeps the method and body).
+    pub http_redirect: Option<u16>,
     pub workers: Option<usize>,
     pub ktls: Option<KtlsMode>,
     /// Tell the kernel TLS 1.3 clients do not pad their records (default

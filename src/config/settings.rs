@@ -24,6 +24,10 @@ pub struct Settings {
     pub listen: Vec<SocketAddr>,
     /// The admin listener (`/metrics`, `/healthz`), if any.
     pub admin: Option<SocketAddr>,
+    /// Plain-HTTP listeners: HTTP-01 answers and redirects to HTTPS.
+    pub http_listen: Vec<SocketAddr>,
+    /// The status of those redirects.
+    pub http_redirect: Redirect,
     pub workers: usize,
     pub ktls: KtlsMode,
     pub ktls_expect_no_pad: bool,
@@ -52,6 +56,28 @@ pub struct Settings {
     /// Index in `sites` of the site that answers unknown names.
     pub default_site: usize,
     pub open_file_cache: OpenFileCache,
+}
+
+/// The status the plain-HTTP listener redirects with (`http_redirect`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Redirect {
+    /// 308 Permanent Redirect for every method (RFC 9110 15.4.9): the
+    /// client repeats the method and body.
+    #[default]
+    Permanent,
+    /// 301 Moved Permanently for GET and HEAD, 308 for the others (a 301
+    /// lets clients turn a POST into a GET).
+    Moved,
+}
+
+impl Redirect {
+    /// The status for a request with this method.
+    pub fn status(self, get_or_head: bool) -> u16 {
+        match self {
+            Redirect::Moved if get_or_head => 301,
+            _ => 308,
+        }
+    }
 }
 
 /// The workers' caches of open files (`files::cache`).
@@ -87,6 +113,8 @@ pub struct Site {
     pub key_origin: String,
     /// The certificate comes from the ACME CA (`certs` is empty).
     pub acme: bool,
+    /// How the CA validates the names (`acme_challenge`).
+    pub acme_challenge: crate::acme::ChallengeKind,
     pub job: Job,
     pub alpn: Vec<Vec<u8>>,
     /// TLS versions, cipher suites, key exchange groups, certificate
@@ -251,6 +279,38 @@ pub fn resolve(
         }
         None => None,
     };
+    let mut http_listen = Vec::new();
+    for l in &file.http_listen {
+        let addr = parse_listen(&o("http_listen"), l)?;
+        let clash = listen
+            .iter()
+            .chain(admin.iter())
+            .chain(http_listen.iter())
+            .find(|a| overlaps(addr, **a));
+        if let Some(a) = clash {
+            return Err(ConfigError::Invalid {
+                origin: o("http_listen"),
+                message: format!(
+                    "{addr} is also listened on as {a} (listen, admin or http_listen): give \
+                     the plain-HTTP listener a port of its own (e.g. 0.0.0.0:80)"
+                ),
+            });
+        }
+        http_listen.push(addr);
+    }
+    let http_redirect = match file.http_redirect {
+        None | Some(308) => Redirect::Permanent,
+        Some(301) => Redirect::Moved,
+        Some(n) => {
+            return Err(ConfigError::Invalid {
+                origin: o("http_redirect"),
+                message: format!(
+                    "{n} is not a redirect status this listener sends: 308 (the default, \
+                     every method kept) or 301 (GET and HEAD; other methods still get 308)"
+                ),
+            })
+        }
+    };
     let workers = file.workers.unwrap_or_else(default_workers);
     check_workers(&o("workers"), workers)?;
     file.timeouts.check(|k| o(&format!("[timeouts] {k}")))?;
@@ -394,6 +454,20 @@ pub fn resolve(
             .unwrap_or(crate::files::cache::DEFAULT_VALID),
     };
     super::check_timeout(&o("open_file_cache_valid"), open_file_cache.valid)?;
+    if http_listen.is_empty() {
+        if let Some(s) = sites
+            .iter()
+            .find(|s| s.acme_challenge == crate::acme::ChallengeKind::Http01)
+        {
+            return Err(ConfigError::Invalid {
+                origin: format!("{}, setting acme_challenge", s.origin),
+                message: "\"http-01\" is answered on the plain-HTTP listener, and \
+                          http_listen is not set: add http_listen = [\"0.0.0.0:80\", \"[::]:80\"] \
+                          (the CA validates on port 80)"
+                    .into(),
+            });
+        }
+    }
     let unknown_names = file.unknown_names.unwrap_or_default();
     if unknown_names == UnknownNames::Reject && sites.iter().any(|s| s.names.is_empty()) {
         return Err(ConfigError::Invalid {
@@ -407,6 +481,8 @@ pub fn resolve(
         file: origins.file.clone(),
         listen,
         admin,
+        http_listen,
+        http_redirect,
         workers,
         ktls: file.ktls.unwrap_or_default(),
         ktls_expect_no_pad: file.ktls_expect_no_pad.unwrap_or(true),
@@ -836,14 +912,23 @@ fn resolve_site(
             return Err(invalid(
                 "acme",
                 format!(
-                    "{w}: ACME proves names with TLS-ALPN-01 on this listener, which cannot \
+                    "{w}: ACME proves names here with TLS-ALPN-01 or HTTP-01, which cannot \
                      prove a wildcard (that takes DNS-01): list the names, or give cert and key"
                 ),
             ));
         }
     }
+    if s.acme_challenge.is_some() && !s.acme {
+        return Err(invalid(
+            "acme_challenge",
+            "acme_challenge says how the ACME CA validates the names of an acme = true site, \
+             and this site is not one: set acme = true, or leave acme_challenge out"
+                .into(),
+        ));
+    }
     Ok(Site {
         acme: s.acme,
+        acme_challenge: s.acme_challenge.unwrap_or_default(),
         cert_origin: at("cert"),
         key_origin: at("key"),
         origin,

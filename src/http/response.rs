@@ -60,6 +60,7 @@ pub fn reason(status: u16) -> &'static str {
         206 => "Partial Content",
         301 => "Moved Permanently",
         304 => "Not Modified",
+        308 => "Permanent Redirect",
         400 => "Bad Request",
         403 => "Forbidden",
         404 => "Not Found",

@@ -2,7 +2,8 @@
 //! main thread's runtime that obtains each one the sites lack, renews each
 //! two thirds into its lifetime, retries failures with backoff, and swaps
 //! rebuilt sites in once a certificate is stored. The CA's TLS-ALPN-01
-//! validation arrives on the sites' own listeners (see `worker`).
+//! validation arrives on the sites' own listeners (see `worker`), HTTP-01
+//! on the plain-HTTP ones (see `plain`).
 //!
 //! The same task drops stale OCSP staples (`ocsp = …` sites): it rebuilds
 //! the sites when the earliest stapled response's nextUpdate passes
@@ -58,7 +59,9 @@ pub(super) async fn manage(front: Arc<Front>) {
             }
             let names = site.names.join(", ");
             let acme = &sites.settings.acme;
-            match crate::acme::obtain(acme, &site.names, &front.challenges).await {
+            let obtained =
+                crate::acme::obtain_with(acme, &site.names, &front.challenges, site.acme_challenge);
+            match obtained.await {
                 Ok(i) => {
                     backoff.remove(&site.names);
                     println!(

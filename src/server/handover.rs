@@ -33,6 +33,10 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// listeners even when both asked for port 0 on the same IP.
 pub(crate) const ADMIN_NAME: &str = "admin";
 
+/// The name of a plain-HTTP (`http_listen`) listener handed on; a socket
+/// unit names its port-80 sockets so too (`FileDescriptorName=http`).
+pub(crate) const HTTP_NAME: &str = "http";
+
 /// The listening sockets a process inherited.
 #[derive(Default)]
 pub(crate) struct Inherited {
@@ -40,6 +44,8 @@ pub(crate) struct Inherited {
     pub listen: Vec<(SocketAddr, TcpListener)>,
     /// The admin listener, when the process that started this one named it.
     pub admin: Option<TcpListener>,
+    /// Plain-HTTP listeners named [`HTTP_NAME`], by local address.
+    pub http: Vec<(SocketAddr, TcpListener)>,
 }
 
 /// The listening sockets this process inherited. The
@@ -75,6 +81,7 @@ pub(crate) fn take_inherited() -> Inherited {
             Ok(_) if listening && name == ADMIN_NAME && taken.admin.is_none() => {
                 taken.admin = Some(listener)
             }
+            Ok(addr) if listening && name == HTTP_NAME => taken.http.push((addr, listener)),
             Ok(addr) if listening => taken.listen.push((addr, listener)),
             _ => tracing::warn!(
                 "inherited descriptor {raw} is not a listening TCP socket (check the \
@@ -179,7 +186,8 @@ pub enum UpgradeError {
 }
 
 /// A listening socket to hand on, and its name for `LISTEN_FDNAMES`
-/// ([`ADMIN_NAME`], or [`LISTEN_NAME`] for the TLS listeners).
+/// ([`ADMIN_NAME`], [`HTTP_NAME`], or [`LISTEN_NAME`] for the TLS
+/// listeners).
 pub(crate) struct Handed {
     pub fd: OwnedFd,
     pub name: &'static str,

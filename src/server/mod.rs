@@ -10,6 +10,7 @@
 mod admin;
 mod certs;
 pub(crate) mod handover;
+mod plain;
 pub(crate) mod sites;
 pub(crate) mod timer;
 mod worker;
@@ -54,6 +55,9 @@ pub(crate) struct Front {
     pub challenges: crate::acme::Challenges,
     /// The configuration that answers them.
     pub challenge_config: Arc<rustls::ServerConfig>,
+    /// The port the plain-HTTP listener's redirects name (the first TLS
+    /// listener's).
+    pub https_port: u16,
     /// Woken when new sites are swapped in (reload).
     pub sites_changed: tokio::sync::Notify,
     /// Connections each worker takes at once: what the open-file limit
@@ -329,31 +333,36 @@ type PerWorker = Vec<Vec<std::net::TcpListener>>;
 
 /// The listeners, per worker and per address.
 struct Bound {
+    /// The TLS listeners.
     per_worker: PerWorker,
     /// Each configured address as it is bound (port 0 resolved).
     addrs: Vec<SocketAddr>,
+    /// The plain-HTTP (`http_listen`) listeners, and their addresses.
+    http_per_worker: PerWorker,
+    http_addrs: Vec<SocketAddr>,
     /// One duplicate of every distinct listening socket, kept to hand on
     /// to a new process on SIGUSR2.
     handover: Vec<handover::Handed>,
 }
 
 /// One listener per worker for each address (port 0: the first gets a
-/// port, the others share it), or the sockets inherited for it.
+/// port, the others share it), or the sockets inherited for it; each
+/// added to `handover` under `name`. Returns the listeners per worker and
+/// the addresses as bound.
 fn bind_all(
     listen: &[SocketAddr],
     workers: usize,
     defer_secs: u32,
     inherited: &mut Vec<(SocketAddr, std::net::TcpListener)>,
     quiet: bool,
-) -> Result<Bound, StartError> {
+    (handover, name): (&mut Vec<handover::Handed>, &'static str),
+) -> Result<(PerWorker, Vec<SocketAddr>), StartError> {
     let mut per_worker: PerWorker = (0..workers).map(|_| Vec::new()).collect();
     let mut addrs = Vec::new();
-    let mut handover = Vec::new();
     let dup = |l: &std::net::TcpListener| {
-        l.as_fd().try_clone_to_owned().map(|fd| handover::Handed {
-            fd,
-            name: handover::LISTEN_NAME,
-        })
+        l.as_fd()
+            .try_clone_to_owned()
+            .map(|fd| handover::Handed { fd, name })
     };
     for &want in listen {
         let taken = handover::take_for(want, inherited);
@@ -419,22 +428,12 @@ fn bind_all(
         }
         addrs.push(addr);
     }
-    for (addr, _) in inherited.drain(..) {
-        tracing::warn!(
-            "inherited a listening socket on {addr}, which no listen address of the \
-             configuration names: closed (add it to listen, or remove it from the socket unit)"
-        );
-    }
-    Ok(Bound {
-        per_worker,
-        addrs,
-        handover,
-    })
+    Ok((per_worker, addrs))
 }
 
-/// The listeners (one per worker and address) and the admin listener, taken
-/// from `inherited` or bound now; `quiet`: no line for each inherited one
-/// (a server process always inherits its parent's).
+/// The listeners (one per worker and address, TLS and plain HTTP) and the
+/// admin listener, taken from `inherited` or bound now; `quiet`: no line
+/// for each inherited one (a server process always inherits its parent's).
 fn bind_sockets(
     settings: &Settings,
     inherited: &mut handover::Inherited,
@@ -455,21 +454,53 @@ fn bind_sockets(
         (Some(addr), None) => Some(admin::bind(addr, &mut inherited.listen)?),
         (None, _) => None,
     };
-    let mut bound = bind_all(
+    // The plain-HTTP ones next, for the same reason: those a socket unit
+    // did not name `http` are known by their exact address.
+    let (exact, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut inherited.listen)
+        .into_iter()
+        .partition(|(a, _)| settings.http_listen.contains(a));
+    inherited.listen = rest;
+    inherited.http.extend(exact);
+    let mut handover = Vec::new();
+    let (http_per_worker, http_addrs) = bind_all(
+        &settings.http_listen,
+        settings.workers,
+        settings.timeouts.request_header.ceil() as u32,
+        &mut inherited.http,
+        quiet,
+        (&mut handover, handover::HTTP_NAME),
+    )?;
+    let (per_worker, addrs) = bind_all(
         &settings.listen,
         settings.workers,
         defer,
         &mut inherited.listen,
         quiet,
+        (&mut handover, handover::LISTEN_NAME),
     )?;
+    for (addr, _) in inherited.listen.drain(..).chain(inherited.http.drain(..)) {
+        tracing::warn!(
+            "inherited a listening socket on {addr}, which no listen or http_listen address of \
+             the configuration names: closed (add it to one, or remove it from the socket unit)"
+        );
+    }
     let admin = admin.map(|(l, dup)| {
-        bound.handover.extend(dup.map(|fd| handover::Handed {
+        handover.extend(dup.map(|fd| handover::Handed {
             fd,
             name: handover::ADMIN_NAME,
         }));
         l
     });
-    Ok((bound, admin))
+    Ok((
+        Bound {
+            per_worker,
+            addrs,
+            http_per_worker,
+            http_addrs,
+            handover,
+        },
+        admin,
+    ))
 }
 
 /// For tlsfront's privileged parent: every listening socket the settings
@@ -545,6 +576,8 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
         Bound {
             per_worker: listeners,
             addrs: bound,
+            http_per_worker,
+            http_addrs,
             handover,
         },
         admin,
@@ -569,6 +602,19 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
     for a in &bound {
         println!("{}", announce(&settings, &sites, *a));
     }
+    // The redirects name the port the first TLS listener is on.
+    let https_port = bound.first().map_or(443, |a| a.port());
+    for a in &http_addrs {
+        println!(
+            "plain HTTP on http://{a}/: redirecting to https://…{} ({}), answering ACME HTTP-01",
+            if https_port == 443 {
+                String::new()
+            } else {
+                format!(":{https_port}")
+            },
+            settings.http_redirect.status(false)
+        );
+    }
     if let Some(l) = &admin {
         if let Ok(a) = l.local_addr() {
             println!("metrics on http://{a}/metrics, health on http://{a}/healthz");
@@ -578,6 +624,7 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
 
     let grace = secs(settings.timeouts.shutdown);
     let challenges = crate::acme::Challenges::default();
+    challenges.set_http_listening(!http_addrs.is_empty());
     let challenge_config = challenges
         .server_config(shared.provider().clone())
         .map_err(|e| StartError::Site {
@@ -585,6 +632,7 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
             message: e.to_string(),
         })?;
     let front = Arc::new(Front {
+        https_port,
         challenges,
         challenge_config,
         sites_changed: tokio::sync::Notify::new(),
@@ -603,9 +651,10 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
         admin::start(l, front.clone(), stop_rx.clone())?;
     }
     let mut threads = Vec::new();
-    for (i, ls) in listeners.into_iter().enumerate() {
+    for (i, (tls, http)) in listeners.into_iter().zip(http_per_worker).enumerate() {
         let front = front.clone();
         let stop = stop_rx.clone();
+        let ls = worker::Listeners { tls, http };
         let t = std::thread::Builder::new()
             .name(format!("worker-{i}"))
             .spawn(move || worker::worker(ls, front, stop, grace))
@@ -726,6 +775,7 @@ fn reload_sites(
             }
             for (what, changed) in [
                 ("listen", new.listen != started.listen),
+                ("http_listen", new.http_listen != started.http_listen),
                 ("admin", new.admin != started.admin),
                 ("workers", new.workers != started.workers),
                 ("ktls", new.ktls != started.ktls),

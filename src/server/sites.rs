@@ -171,6 +171,21 @@ impl Sites {
         self.list.get(*i)
     }
 
+    /// Whether the plain-HTTP listener redirects a request for `host`
+    /// (lower-case) to HTTPS: for a name some site lists; for any name when
+    /// names no site lists go to a default site that lists none (the one
+    /// site of a file without names: the operator named nothing, so
+    /// nothing can be told apart). Anything else would be sent to a
+    /// certificate that does not name it.
+    pub fn redirects(&self, host: &str) -> bool {
+        self.named(host).is_some()
+            || (!self.reject_unknown
+                && self
+                    .list
+                    .get(self.default)
+                    .is_some_and(|s| s.settings.names.is_empty()))
+    }
+
     pub fn len(&self) -> usize {
         self.list.len()
     }
@@ -427,12 +442,13 @@ fn site_tls(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::config::file::FileConfig;
     use crate::config::settings::{resolve, Origins};
 
-    fn sites(text: &str) -> Sites {
+    /// The sites of a config file's `text` (`c.pem` and `k.pem` exist).
+    pub(crate) fn sites(text: &str) -> Sites {
         let dir = tempfile::tempdir().unwrap();
         let (c, k) = cert::self_signed().unwrap();
         std::fs::write(dir.path().join("c.pem"), c).unwrap();

@@ -20,8 +20,16 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify};
 
+/// A worker's listening sockets.
+pub(super) struct Listeners {
+    /// TLS (`listen`).
+    pub tls: Vec<std::net::TcpListener>,
+    /// Plain HTTP (`http_listen`).
+    pub http: Vec<std::net::TcpListener>,
+}
+
 pub(super) fn worker(
-    listeners: Vec<std::net::TcpListener>,
+    listeners: Listeners,
     front: Arc<Front>,
     mut stop: watch::Receiver<bool>,
     grace: Duration,
@@ -52,11 +60,14 @@ pub(super) fn worker(
         if crate::files::cache::enabled() {
             tokio::spawn(crate::files::cache::sweep_every());
         }
-        for l in listeners {
+        let tls = listeners.tls.into_iter().map(|l| (l, Kind::Tls));
+        let http = listeners.http.into_iter().map(|l| (l, Kind::PlainHttp));
+        for (l, kind) in tls.chain(http) {
             match TcpListener::from_std(l) {
                 Ok(l) => {
                     tokio::spawn(accept_loop(
                         l,
+                        kind,
                         front.clone(),
                         stop.clone(),
                         active.clone(),
@@ -105,8 +116,16 @@ async fn collect_heap(active: Arc<AtomicUsize>, woken: Arc<Notify>) {
 /// server's own sweep purges the arenas they share at the same pace.
 const HEAP_COLLECT: Duration = Duration::from_secs(5);
 
+/// What a listener's connections speak.
+#[derive(Clone, Copy)]
+enum Kind {
+    Tls,
+    PlainHttp,
+}
+
 async fn accept_loop(
     listener: TcpListener,
+    kind: Kind,
     front: Arc<Front>,
     mut stop: watch::Receiver<bool>,
     active: Arc<AtomicUsize>,
@@ -141,7 +160,10 @@ async fn accept_loop(
                 let front = front.clone();
                 let stop = stop.clone();
                 tokio::spawn(async move {
-                    connection(sock, peer, bound, &front, stop).await;
+                    match kind {
+                        Kind::Tls => connection(sock, peer, bound, &front, stop).await,
+                        Kind::PlainHttp => super::plain::connection(sock, &front).await,
+                    }
                     drop((slot, open));
                 });
             }
