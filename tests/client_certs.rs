@@ -476,3 +476,124 @@ fn config_check_refuses_client_auth_without_a_usable_ca() {
         assert!(text.contains(&at), "{name}: {text}\nwanted: {at}");
     }
 }
+
+/// `[[site.paths]] client_cert = "require"` on an `optional` site: those
+/// paths answer 403 without a verified certificate, over HTTP/1.1 and
+/// HTTP/2, and the site's other paths need none. A connection made
+/// without SNI (for the default site, which asks for no certificate)
+/// cannot reach a site that asks for one through its Host: 421.
+#[test]
+fn paths_can_require_a_certificate_and_no_sni_cannot_skip_it() {
+    let ca = Ca::new();
+    let clients = ClientCa::new("tlsfront path CA");
+    let dir = tempfile::tempdir().unwrap();
+    let names: Vec<String> = ["pub", "opt", "req"]
+        .iter()
+        .map(|n| format!("{n}.test"))
+        .collect();
+    let (cert, key) = ca.issue("sites", &names, false);
+    let root = dir.path().join("www");
+    std::fs::create_dir_all(root.join("private")).unwrap();
+    std::fs::write(root.join("id.txt"), "public\n").unwrap();
+    std::fs::write(root.join("private/x.txt"), "private\n").unwrap();
+    let text = format!(
+        "client_ca = {ca:?}\n\
+         [[site]]\nnames = [\"pub.test\"]\nroot = {root:?}\ncert = {cert:?}\nkey = {key:?}\n\
+         default = true\nclient_auth = \"off\"\n\
+         [[site]]\nnames = [\"opt.test\"]\nroot = {root:?}\ncert = {cert:?}\nkey = {key:?}\n\
+         client_auth = \"optional\"\n\
+         [[site.paths]]\nmatch = \"/private/*\"\nclient_cert = \"require\"\n\
+         [[site]]\nnames = [\"req.test\"]\nroot = {root:?}\ncert = {cert:?}\nkey = {key:?}\n\
+         client_auth = \"require\"\n",
+        ca = clients.pem,
+    );
+    let path = dir.path().join("paths.toml");
+    std::fs::write(&path, &text).unwrap();
+    let server = Server::run(&path, &[]);
+    let port = server.port;
+    let (alice, alice_key) = clients.issue("alice", 20);
+    let s = Setup {
+        _dir: dir,
+        path,
+        ca,
+        clients,
+        crl: PathBuf::new(),
+        log: PathBuf::new(),
+    };
+    let status = |name: &str, target: &str, extra: &[&str]| {
+        let mut args = vec!["-o", "/dev/null", "-w", "%{http_code} %{http_version}"];
+        args.extend_from_slice(extra);
+        let (code, out, err) = curl(&s, port, name, target, &args);
+        assert_eq!(code, 0, "{name}{target} {extra:?}: {err}");
+        out
+    };
+    let cert = ["--cert", alice.as_str(), "--key", alice_key.as_str()];
+    for (proto, v) in [("--http1.1", "1.1"), ("--http2", "2")] {
+        for (target, with_cert, want) in [
+            ("/private/x.txt", false, 403),
+            ("/private/nope", false, 403),
+            ("/private/x.txt", true, 200),
+            ("/id.txt", false, 200),
+        ] {
+            let mut extra = vec![proto];
+            if with_cert {
+                extra.extend(cert);
+            }
+            assert_eq!(
+                status("opt.test", target, &extra),
+                format!("{want} {v}"),
+                "{target} {extra:?}"
+            );
+        }
+    }
+    let (_, body, _) = curl(&s, port, "opt.test", "/private/x.txt", &cert);
+    assert_eq!(body, "private\n");
+
+    // Without SNI the handshake is the default site's (no certificate
+    // asked); a Host naming a site that asks for one is not served there.
+    for host in ["req.test", "opt.test"] {
+        let out = tool("curl")
+            .arg("--cacert")
+            .arg(&s.ca.pem)
+            .args([
+                "-sS",
+                "-k",
+                "--http1.1",
+                "--max-time",
+                "30",
+                "-o",
+                "/dev/null",
+            ])
+            .args(["-w", "%{http_code}", "-H", &format!("Host: {host}")])
+            .arg(format!("https://127.0.0.1:{port}/id.txt"))
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "421",
+            "{host}: {out:?}"
+        );
+    }
+    // The default site itself answers it.
+    let out = tool("curl")
+        .args(["-sS", "-k", "--http1.1", "--max-time", "30"])
+        .arg(format!("https://127.0.0.1:{port}/id.txt"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "public\n");
+
+    // A path rule on a site that asks for no certificate is refused.
+    let bad = text
+        .replacen("client_auth = \"optional\"\n", "", 1)
+        .replacen("client_ca = ", "#client_ca = ", 1)
+        .replace("client_auth = \"off\"\n", "")
+        .replace("client_auth = \"require\"\n", "");
+    std::fs::write(&s.path, bad).unwrap();
+    let (ok, said) = common::config_check(&s.path);
+    assert!(
+        !ok && said.contains("[[site.paths]] client_cert")
+            && said.contains("client_auth = \"optional\""),
+        "{said}"
+    );
+    server.stop();
+}

@@ -17,7 +17,8 @@ use toml::Spanned;
 /// header inherited from the level above).
 pub type HeadersFile = Spanned<BTreeMap<String, String>>;
 
-/// A `[[site.paths]]` rule: headers for the paths its pattern matches.
+/// A `[[site.paths]]` rule: headers for the paths its pattern matches,
+/// and whether they need a client certificate.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PathFile {
@@ -26,6 +27,18 @@ pub struct PathFile {
     pub pattern: String,
     #[serde(default)]
     pub headers: Option<HeadersFile>,
+    /// `"require"`: 403 unless the connection presented a client
+    /// certificate the site's `client_ca` verified (with `client_auth =
+    /// "optional"`).
+    #[serde(default)]
+    pub client_cert: Option<PathClientCert>,
+}
+
+/// A path rule's `client_cert`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PathClientCert {
+    Require,
 }
 
 /// What to do with a ClientHello whose name no site has (or that names

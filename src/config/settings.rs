@@ -164,6 +164,8 @@ pub struct Files {
     pub fallback: Option<crate::http::path::NormPath>,
     /// The charset added to text types' `Content-Type`.
     pub charset: Option<String>,
+    /// Paths that need a verified client certificate.
+    pub client_cert_paths: Vec<crate::http::site_headers::Pattern>,
     /// The `Server` header names the version (`tlsfront/0.1.0`); `false`:
     /// `tlsfront` alone. The site's `server_tokens`, else the top level's.
     pub server_tokens: bool,
@@ -808,6 +810,7 @@ fn resolve_site(
                 headers: static_files.headers,
                 fallback: static_files.fallback,
                 charset: static_files.charset,
+                client_cert_paths: static_files.client_cert_paths,
                 server_tokens: s.server_tokens.or(server_tokens).unwrap_or(true),
             })
         }
@@ -855,6 +858,18 @@ fn resolve_site(
         message: e.to_string(),
     })?;
     let client_auth = client_auth(&merged, &origin_of)?;
+    if let Job::Files(f) = &job {
+        if !f.client_cert_paths.is_empty() && client_auth.is_none() {
+            let table = if top { "[[paths]]" } else { "[[site.paths]]" };
+            return Err(invalid(
+                &format!("{table} client_cert"),
+                "a path can require a client certificate only on a site that asks for one: \
+                 set client_ca and client_auth = \"optional\" on the site (\"require\" asks \
+                 every connection for one already)"
+                    .into(),
+            ));
+        }
+    }
 
     let mut site_limits = limits.clone();
     let l = &s.limits;

@@ -17,6 +17,9 @@ pub struct StaticFiles {
     pub headers: SiteHeaders,
     pub fallback: Option<NormPath>,
     pub charset: Option<String>,
+    /// Paths that need a verified client certificate (the patterns of the
+    /// rules with `client_cert = "require"`, whatever rule comes first).
+    pub client_cert_paths: Vec<Pattern>,
 }
 
 /// Resolve the keys of `s`. `top`: the site is described at the top level
@@ -77,20 +80,30 @@ pub fn resolve(
     let table = if top { "[[paths]]" } else { "[[site.paths]]" };
     let (match_key, headers_key) = (format!("{table} match"), format!("{table} headers"));
     let mut rules = Vec::with_capacity(s.paths.len());
+    let mut client_cert_paths = Vec::new();
     for rule in &s.paths {
         let r = rule.get_ref();
         let pattern = Pattern::new(&r.pattern).map_err(|message| ConfigError::Invalid {
             origin: spot(&match_key, rule.span()),
             message,
         })?;
-        let Some(h) = &r.headers else {
-            return Err(ConfigError::Invalid {
-                origin: spot(&headers_key, rule.span()),
-                message: format!(
-                    "the rule for {:?} sets nothing: give it headers = {{ \"Name\" = \"value\" }}",
+        if r.client_cert.is_some() {
+            client_cert_paths.push(pattern.clone());
+        }
+        let h = match (&r.headers, r.client_cert) {
+            (Some(h), _) => h,
+            // A rule only for the certificate: the site's headers.
+            (None, Some(_)) => continue,
+            (None, None) => {
+                return Err(ConfigError::Invalid {
+                    origin: spot(&headers_key, rule.span()),
+                    message: format!(
+                    "the rule for {:?} sets nothing: give it headers = {{ \"Name\" = \"value\" }} \
+                         or client_cert = \"require\"",
                     r.pattern
                 ),
-            });
+                })
+            }
         };
         rules.push((pattern, headers_of(Some(h), &headers_key)?));
     }
@@ -141,6 +154,7 @@ pub fn resolve(
         headers,
         fallback,
         charset,
+        client_cert_paths,
     })
 }
 

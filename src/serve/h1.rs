@@ -305,7 +305,8 @@ async fn request<T: Transport>(
                 // Chunked bodies are not read: answer, then close.
                 ReqBody::Chunked => reply.stream_unusable(),
             }
-            let resp = handler::handle(&cx.files.handler, &Request::from(&head));
+            let req = Request::from(&head).verified(cx.info.client_cert.verified());
+            let resp = handler::handle(&cx.files.handler, &req);
             let result = send(t, &mut s.out, &mut reply, &resp, &mut tally).await;
             (resp, result)
         }

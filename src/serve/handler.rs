@@ -12,7 +12,7 @@ use crate::http::path::{self, NormPath};
 use crate::http::range::{self, RangeResult};
 use crate::http::request::Method;
 use crate::http::response::error_page;
-use crate::http::site_headers::SiteHeaders;
+use crate::http::site_headers::{Pattern, SiteHeaders};
 use crate::lograte::LogLimit;
 
 /// A site's files and what answering from them reads of its settings.
@@ -23,6 +23,9 @@ pub struct Handler {
     headers: SiteHeaders,
     fallback: Option<NormPath>,
     charset: Charset,
+    /// Paths answered only on a connection with a verified client
+    /// certificate.
+    client_cert_paths: Vec<Pattern>,
     /// Warnings that a flood of requests could repeat.
     log: LogLimit,
 }
@@ -34,6 +37,7 @@ impl Handler {
         headers: SiteHeaders,
         fallback: Option<NormPath>,
         charset: Charset,
+        client_cert_paths: Vec<Pattern>,
     ) -> Handler {
         Handler {
             root,
@@ -41,6 +45,7 @@ impl Handler {
             headers,
             fallback,
             charset,
+            client_cert_paths,
             log: LogLimit::new(crate::lograte::EVERY),
         }
     }
@@ -83,6 +88,8 @@ pub(crate) struct Named<S> {
     pub own: bool,
     /// It serves files (not a backend).
     pub files: bool,
+    /// It asks for client certificates (`client_auth`).
+    pub asks_client_cert: bool,
 }
 
 /// Which site answers a request for `host` on a connection with `sni`,
@@ -99,8 +106,10 @@ pub(crate) struct Named<S> {
 ///   another site's files must not be served under them; the client may
 ///   retry on a new connection with the right SNI.
 /// - a Host that picks another site, on a connection without SNI (an IP
-///   URL, a health check): that site, when it serves files; a backend
-///   cannot take over a connection begun here, so 421.
+///   URL, a health check): that site, when it serves files and asks for no
+///   client certificate; a backend cannot take over a connection begun
+///   here, and a site that asks for a certificate must have asked in the
+///   handshake (against its own `client_ca`), so 421.
 pub(crate) fn route<S>(
     host: Option<&str>,
     sni: Option<&str>,
@@ -119,8 +128,8 @@ pub(crate) fn route<S>(
     if site.own {
         return Route::Here;
     }
-    match (site.files, sni) {
-        (true, None) => Route::There(site.site),
+    match (site.files, site.asks_client_cert, sni) {
+        (true, false, None) => Route::There(site.site),
         _ => Route::Misdirected,
     }
 }
@@ -164,6 +173,14 @@ pub(crate) fn handle<'a>(files: &'a Handler, req: &Request<'_>) -> Response<'a> 
     };
     let cfg = files;
     let mut which = cfg.headers.which(Some(&norm));
+    // Before the root is looked at: whether a path exists is not told
+    // without the certificate either (nginx's `ssl_verify_client optional`
+    // with `if ($ssl_client_verify != SUCCESS) { return 403; }`).
+    if !req.client_verified && cfg.client_cert_paths.iter().any(|p| p.matches(&norm)) {
+        let mut r = page(files, which, 403, Vec::new());
+        r.path = Some(norm);
+        return r;
+    }
     // One look at the root for both: a request never mixes two releases.
     let found = files.root.lookup_or(
         &norm,
@@ -280,6 +297,8 @@ mod tests {
         std::fs::write(dir.join("a.txt"), BODY).unwrap();
         std::fs::create_dir(dir.join("d")).unwrap();
         std::fs::write(dir.join("d/index.html"), b"<p>d</p>").unwrap();
+        std::fs::create_dir(dir.join("p")).unwrap();
+        std::fs::write(dir.join("p/index.html"), b"<p>private</p>").unwrap();
         let own = BTreeMap::from([("X-Site".to_string(), "yes".to_string())]);
         Handler::new(
             DocRoot::open(dir, false, false).unwrap(),
@@ -287,6 +306,7 @@ mod tests {
             SiteHeaders::new(&BTreeMap::new(), &own, Vec::new()),
             None,
             Charset::new(None),
+            vec![Pattern::new("/p/*").unwrap()],
         )
     }
 
@@ -298,6 +318,7 @@ mod tests {
             preconditions: Preconditions::default(),
             range: None,
             accept_encoding: None,
+            client_verified: false,
         }
     }
 
@@ -313,6 +334,32 @@ mod tests {
             Body::Page(p) => p.clone(),
             other => panic!("not a page: {other:?}"),
         }
+    }
+
+    #[test]
+    fn client_cert_paths_need_a_verified_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = site(dir.path());
+        // Refused before the root is looked at: a missing file is a 403
+        // too, not a 404 that would tell what exists.
+        for target in [
+            "/p/",
+            "/p/index.html",
+            "/p/missing",
+            "/p/%69ndex.html",
+            "/d/../p/",
+        ] {
+            let r = handle(&files, &get(target));
+            assert_eq!(r.status, 403, "{target}");
+            assert!(page_text(&r).contains("403 Forbidden"));
+        }
+        assert_eq!(handle(&files, &get("/p/").verified(true)).status, 200);
+        assert_eq!(
+            handle(&files, &get("/p/missing").verified(true)).status,
+            404
+        );
+        // Other paths need none.
+        assert_eq!(handle(&files, &get("/a.txt")).status, 200);
     }
 
     #[test]
@@ -418,6 +465,7 @@ mod tests {
                     site: "b",
                     own,
                     files,
+                    asks_client_cert: false,
                 })
             }
         };
@@ -435,6 +483,20 @@ mod tests {
         ));
         assert!(matches!(
             route(Some("b.example"), None, other(false, false)),
+            Route::Misdirected
+        ));
+        // Nor a site that asks for client certificates: the handshake,
+        // made for the default site, asked for none.
+        let mtls = |_: &str| {
+            Some(Named {
+                site: "b",
+                own: false,
+                files: true,
+                asks_client_cert: true,
+            })
+        };
+        assert!(matches!(
+            route(Some("b.example"), None, mtls),
             Route::Misdirected
         ));
         // The SNI itself, the own site by another name, an unknown name,

@@ -62,6 +62,7 @@ impl StaticFiles {
                 files.headers.clone(),
                 files.fallback.clone(),
                 Charset::new(files.charset.as_deref()),
+                files.client_cert_paths.clone(),
             ),
             cfg: FilesCfg {
                 limits: site.limits.clone(),
@@ -170,6 +171,7 @@ impl Ctx<'_> {
                 // label (its first name, unique).
                 own: site.label == self.info.site,
                 files: matches!(site.job, SiteJob::Files(_)),
+                asks_client_cert: site.settings.client_auth.is_some(),
                 site: site.clone(),
             })
         })

@@ -24,6 +24,20 @@ pub struct Request<'a> {
     pub preconditions: Preconditions<'a>,
     pub range: Option<&'a str>,
     pub accept_encoding: Option<&'a str>,
+    /// The connection presented a client certificate its site's
+    /// `client_ca` verified.
+    pub client_verified: bool,
+}
+
+impl Request<'_> {
+    /// The same request, on a connection whose client certificate was
+    /// verified (`true`) or not.
+    pub fn verified(self, client_verified: bool) -> Self {
+        Request {
+            client_verified,
+            ..self
+        }
+    }
 }
 
 impl<'a> From<&'a RequestHead> for Request<'a> {
@@ -35,6 +49,7 @@ impl<'a> From<&'a RequestHead> for Request<'a> {
             preconditions: h.into(),
             range: h.range.as_deref(),
             accept_encoding: h.accept_encoding.as_deref(),
+            client_verified: false,
         }
     }
 }

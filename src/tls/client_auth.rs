@@ -181,6 +181,11 @@ pub enum ClientCert {
 }
 
 impl ClientCert {
+    /// A certificate was presented and verified.
+    pub fn verified(&self) -> bool {
+        matches!(self, ClientCert::Verified(_))
+    }
+
     /// The result of a finished handshake on a site that asks in `mode`.
     pub fn of(mode: Option<Mode>, conn: &CommonState) -> ClientCert {
         match (mode, PeerCert::of(conn)) {

@@ -85,7 +85,7 @@ impl Respond for Site<'_, '_> {
             None if *req.method == Method::Other => {
                 handler::page(files, 0, 405, vec![("Allow", Value::Text("GET, HEAD"))])
             }
-            None => handler::handle(files, &req),
+            None => handler::handle(files, &req.verified(acx.info.client_cert.verified())),
         };
         let mut block = Vec::with_capacity(128);
         encode_head(&mut block, &resp, acx.files.cfg.server.value());

@@ -254,6 +254,7 @@ impl Head {
             },
             range: self.range.as_deref(),
             accept_encoding: self.accept_encoding.as_deref(),
+            client_verified: false,
         }
     }
 }
