@@ -223,12 +223,30 @@ fn versions_and_ciphers_per_site_with_openssl() {
     }
 }
 
+/// `GET /id.txt` over HTTP/1.1 (no ALPN) with `cfg`: the whole answer.
+fn get(port: u16, name: &str, cfg: Arc<rustls::ClientConfig>) -> String {
+    let mut sock = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    sock.set_read_timeout(Some(WAIT)).unwrap();
+    let mut conn =
+        rustls::ClientConnection::new(cfg, ServerName::try_from(name.to_string()).unwrap())
+            .unwrap();
+    let mut tls = rustls::Stream::new(&mut conn, &mut sock);
+    let req = format!("GET /id.txt HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n");
+    tls.write_all(req.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    // The server closes after its close_notify: an unclean EOF is an error.
+    let _ = tls.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[test]
 fn key_exchange_prefers_post_quantum_without_a_retry_and_follows_the_site() {
     use aws_lc_rs::kx_group::{SECP256R1, X25519, X25519MLKEM768};
     let ca = Ca::new();
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::run(&config(dir.path(), &ca, "").0, &[]);
+    let log = dir.path().join("access.log");
+    let logged = format!("access_log = {log:?}\naccess_log_format = \"tls\"\n");
+    let server = Server::run(&config(dir.path(), &ca, &logged).0, &[]);
     let port = server.port;
     let pq = client(&ca.pem, &[X25519MLKEM768, X25519], true);
 
@@ -236,6 +254,20 @@ fn key_exchange_prefers_post_quantum_without_a_retry_and_follows_the_site() {
     let s = handshake(port, "default.test", pq.clone());
     assert_eq!(s.group, Some(NamedGroup::X25519MLKEM768));
     assert_eq!(s.kind, Some(HandshakeKind::Full));
+    // The access log's tls format names the group ($ssl_curve).
+    let answer = get(port, "default.test", pq.clone());
+    assert!(answer.ends_with("\r\n\r\npolicy\n"), "{answer}");
+    let line = wait_until(WAIT, "the request's line in the access log", || {
+        let t = std::fs::read_to_string(&log).unwrap_or_default();
+        t.lines()
+            .find(|l| l.contains("GET /id.txt"))
+            .map(str::to_string)
+            .ok_or(t)
+    });
+    assert!(
+        line.contains(" TLSv1.3 ") && line.contains(" X25519MLKEM768 \"default.test\" . "),
+        "{line}"
+    );
     // Only an X25519 share (it lists P-256 too): X25519, at once.
     let s = handshake(
         port,

@@ -56,6 +56,7 @@ pub fn http(out: &mut Vec<u8>, format: Format, r: &HttpRecord<'_>) {
             http_user_agent: r.user_agent.map(lossy),
             ssl_protocol: tls.protocol,
             ssl_cipher: tls.cipher,
+            ssl_curve: tls.curve,
             ssl_server_name: r.info.sni.as_deref(),
             ssl_session_reused: r.info.resumed,
             data_path: tls.path,
@@ -109,6 +110,7 @@ pub fn proxy(out: &mut Vec<u8>, format: Format, r: &ProxyRecord<'_>) {
             upstream_addr: r.backend,
             ssl_protocol: tls.protocol,
             ssl_cipher: tls.cipher,
+            ssl_curve: tls.curve,
             ssl_server_name: r.info.sni.as_deref(),
             ssl_session_reused: r.info.resumed,
             data_path: tls.path,
@@ -220,6 +222,7 @@ struct HttpJson<'a> {
     http_user_agent: Option<Cow<'a, str>>,
     ssl_protocol: &'a str,
     ssl_cipher: &'a str,
+    ssl_curve: &'a str,
     ssl_server_name: Option<&'a str>,
     ssl_session_reused: bool,
     data_path: &'a str,
@@ -243,6 +246,7 @@ struct ProxyJson<'a> {
     upstream_addr: &'a str,
     ssl_protocol: &'a str,
     ssl_cipher: &'a str,
+    ssl_curve: &'a str,
     ssl_server_name: Option<&'a str>,
     ssl_session_reused: bool,
     data_path: &'a str,
@@ -257,6 +261,7 @@ struct ProxyJson<'a> {
 struct TlsFields {
     protocol: &'static str,
     cipher: &'static str,
+    curve: &'static str,
     path: &'static str,
 }
 
@@ -269,6 +274,7 @@ impl TlsFields {
                 None => "-",
             },
             cipher: info.suite.map_or("-", openssl_name),
+            curve: info.group.map_or("-", openssl_group),
             path: match info.path {
                 Path::Ktls => "ktls",
                 Path::Userspace => "userspace",
@@ -277,18 +283,31 @@ impl TlsFields {
     }
 }
 
-/// `$ssl_protocol $ssl_cipher "$ssl_server_name" $ssl_session_reused $data_path`
+/// `$ssl_protocol $ssl_cipher $ssl_curve "$ssl_server_name"
+/// $ssl_session_reused $data_path`
 fn tls_fields(out: &mut Vec<u8>, info: &ConnInfo) {
     let t = TlsFields::of(info);
     out.extend_from_slice(t.protocol.as_bytes());
     out.push(b' ');
     out.extend_from_slice(t.cipher.as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(t.curve.as_bytes());
     out.extend_from_slice(b" \"");
     escaped(out, info.sni.as_deref().map(str::as_bytes));
     out.extend_from_slice(b"\" ");
     out.push(if info.resumed { b'r' } else { b'.' });
     out.push(b' ');
     out.extend_from_slice(t.path.as_bytes());
+}
+
+/// The key exchange group as OpenSSL (and so nginx's `$ssl_curve`) names
+/// it.
+fn openssl_group(g: rustls::NamedGroup) -> &'static str {
+    use rustls::NamedGroup as G;
+    match g {
+        G::secp256r1 => "prime256v1",
+        other => other.as_str().unwrap_or("-"),
+    }
 }
 
 /// The cipher as OpenSSL (and so nginx's `$ssl_cipher`) names it.
@@ -426,6 +445,7 @@ mod tests {
             local: "127.0.0.1:443".parse().unwrap(),
             version: Some(Version::Tls13),
             suite: Some(rustls::CipherSuite::TLS13_AES_256_GCM_SHA384),
+            group: Some(rustls::NamedGroup::X25519MLKEM768),
             sni: Some("a.test".into()),
             alpn: None,
             resumed,
@@ -493,7 +513,9 @@ mod tests {
         let i = info(true);
         let line = text(Format::Tls, &record(&i, b"GET / HTTP/1.1", b"ua"));
         assert!(
-            line.ends_with("\"ua\" TLSv1.3 TLS_AES_256_GCM_SHA384 \"a.test\" r ktls 3.456\n"),
+            line.ends_with(
+                "\"ua\" TLSv1.3 TLS_AES_256_GCM_SHA384 X25519MLKEM768 \"a.test\" r ktls 3.456\n"
+            ),
             "{line}"
         );
         let mut i = info(false);
@@ -517,6 +539,7 @@ mod tests {
         assert!(v["http_referer"].is_null());
         assert_eq!(v["ssl_protocol"], "TLSv1.3");
         assert_eq!(v["ssl_cipher"], "TLS_AES_256_GCM_SHA384");
+        assert_eq!(v["ssl_curve"], "X25519MLKEM768");
         assert_eq!(v["ssl_server_name"], "a.test");
         assert_eq!(v["ssl_session_reused"], true);
         assert_eq!(v["data_path"], "ktls");
@@ -541,7 +564,7 @@ mod tests {
         let (_, rest) = line.split_once("] ").unwrap();
         assert_eq!(
             rest,
-            "\"a.test\" done 10 20 1.500 \"127.0.0.1:9000\" TLSv1.3 TLS_AES_256_GCM_SHA384 \"a.test\" . ktls\n"
+            "\"a.test\" done 10 20 1.500 \"127.0.0.1:9000\" TLSv1.3 TLS_AES_256_GCM_SHA384 X25519MLKEM768 \"a.test\" . ktls\n"
         );
         let mut out = Vec::new();
         proxy(&mut out, Format::Json, &r);

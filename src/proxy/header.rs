@@ -292,6 +292,7 @@ mod tests {
             local: "127.0.0.1:8443".parse().unwrap(),
             version: Some(Version::Tls13),
             suite: Some(rustls::CipherSuite::TLS13_AES_128_GCM_SHA256),
+            group: Some(rustls::NamedGroup::X25519),
             sni: Some("example.com".into()),
             alpn: Some(b"http/1.1".to_vec()),
             resumed: false,

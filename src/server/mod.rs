@@ -117,6 +117,9 @@ pub struct ConnInfo {
     pub version: Option<Version>,
     /// The negotiated suite, IANA name (e.g. `TLS13_AES_128_GCM_SHA256`).
     pub suite: Option<rustls::CipherSuite>,
+    /// The key exchange group (`None`: a TLS 1.2 resumption, which
+    /// exchanges no key).
+    pub group: Option<rustls::NamedGroup>,
     /// SNI, if the client sent one.
     pub sni: Option<String>,
     pub alpn: Option<Vec<u8>>,

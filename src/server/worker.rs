@@ -418,6 +418,7 @@ fn data_path(
         local,
         version,
         suite: hs.conn.negotiated_cipher_suite().map(|s| s.suite()),
+        group: hs.conn.negotiated_key_exchange_group().map(|g| g.name()),
         sni: hs.sni.clone(),
         alpn: hs.conn.alpn_protocol().map(<[u8]>::to_vec),
         resumed,
