@@ -2,10 +2,13 @@
 //! through real peers, on one listener with sites chosen by SNI: curl and
 //! `openssl s_client` with a certificate from the site's CA (served), with
 //! none (refused by a `require` site, served by an `optional` one), from
-//! another CA and revoked by the CRL (refused); the access log's client
-//! fields; a backend behind PROXY v2 reading the SSL TLV (verified flags
-//! and CN) with a Python listener (HAProxy 2.6 has no `fc_pp_tlv` to read
-//! it); a reload that picks up a new CRL; and `config check` refusals.
+//! another CA, expired, and revoked by the CRL (refused); the access log's
+//! client fields; a backend behind PROXY v2 reading the SSL TLV (verified
+//! flags and CN) with a Python listener (HAProxy 2.6 has no `fc_pp_tlv` to
+//! read it); a reload that picks up a new CRL; paths that require a
+//! certificate on an `optional` site; and `config check` refusals. The
+//! tlslite-ng cases (a client writing its flight record by record) are in
+//! tests/tls/negative.py.
 
 mod common;
 
@@ -32,6 +35,23 @@ impl ClientCa {
 
     /// A client certificate for `cn` with this serial: (cert, key) paths.
     fn issue(&self, cn: &str, serial: u64) -> (String, String) {
+        self.issue_with(cn, serial, |_| {})
+    }
+
+    /// The same, expired since 2021.
+    fn issue_expired(&self, cn: &str, serial: u64) -> (String, String) {
+        self.issue_with(cn, serial, |p| {
+            p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        })
+    }
+
+    fn issue_with(
+        &self,
+        cn: &str,
+        serial: u64,
+        change: impl FnOnce(&mut rcgen::CertificateParams),
+    ) -> (String, String) {
         let key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params
@@ -42,6 +62,7 @@ impl ClientCa {
             .push(rcgen::DnType::OrganizationName, "tlsfront tests");
         params.serial_number = Some(serial.into());
         params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        change(&mut params);
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         let c = self.dir.path().join(format!("{cn}.pem"));
         let k = self.dir.path().join(format!("{cn}.key"));
@@ -290,6 +311,18 @@ fn client_certificates_are_required_verified_logged_and_passed_to_the_backend() 
         Duration::from_secs(30),
     );
     assert!(err.contains("alert unknown ca"), "{out}{err}");
+
+    // An expired certificate from the right CA: certificate_expired.
+    let (old, old_key) = s.clients.issue_expired("old", 13);
+    let (code, _, err) = curl(
+        &s,
+        port,
+        "req.test",
+        "/id.txt",
+        &["--cert", &old, "--key", &old_key],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("alert certificate expired"), "{err}");
 
     // optional: none is served, a bad one is still refused.
     let (code, out, err) = curl(&s, port, "opt.test", "/id.txt", &[]);

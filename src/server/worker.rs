@@ -290,6 +290,14 @@ fn connection<'a>(
                         if sites.answers_plain_http && matches!(e, HandshakeError::NotTls) {
                             let answer = plain_http_answer(&mut sock);
                             let _ = timer::timeout(secs(t.handshake), answer).await;
+                        } else if sent_alert(&e) {
+                            // The alert is written; what the client still
+                            // sends of its flight (a client that writes its
+                            // Certificate, CertificateVerify and Finished
+                            // one by one) must not turn the close into a
+                            // reset that destroys the alert before it is
+                            // read.
+                            let _ = timer::timeout(secs(t.handshake), linger(&mut sock)).await;
                         }
                         None
                     }
@@ -499,14 +507,32 @@ Connection: close\r\n\
 \r\n\
 The plain HTTP request was sent to HTTPS port\n";
 
-/// Answer a plaintext client with [`PLAIN_HTTP_400`] and close: our
-/// direction first, then what the client still sends is read and dropped
-/// (a bounded amount) until it closes too, so that unread bytes do not turn
-/// our close into a reset that destroys the answer. The caller bounds the
-/// time.
+/// Answer a plaintext client with [`PLAIN_HTTP_400`] and close (see
+/// [`linger`]). The caller bounds the time.
 async fn plain_http_answer(sock: &mut TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    if sock.write_all(PLAIN_HTTP_400).await.is_ok() {
+        linger(sock).await;
+    }
+}
+
+/// Whether a failed handshake told the client why in an alert (rustls'
+/// own, or a refusal of its ClientHello): then [`linger`] before the close.
+fn sent_alert(e: &HandshakeError) -> bool {
+    matches!(
+        e,
+        HandshakeError::Refused(_) | HandshakeError::Transport(TransportError::Tls(_))
+    )
+}
+
+/// Our last words are written: close our direction, then read and drop
+/// what the client still sends (a bounded amount) until it closes too, so
+/// that unread bytes do not turn our close into a reset that destroys those
+/// words before the client reads them (nginx's lingering close). The caller
+/// bounds the time.
+async fn linger(sock: &mut TcpStream) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    if sock.write_all(PLAIN_HTTP_400).await.is_err() || sock.shutdown().await.is_err() {
+    if sock.shutdown().await.is_err() {
         return;
     }
     let mut scratch = [0u8; 1024];

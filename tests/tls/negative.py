@@ -29,7 +29,7 @@ import tempfile
 import threading
 import time
 
-from tlslite.api import HandshakeSettings, TLSConnection
+from tlslite.api import HandshakeSettings, TLSConnection, X509CertChain, parsePEMKey
 from tlslite.constants import KeyUpdateMessageType
 from tlslite.errors import TLSAbruptCloseError, TLSRemoteAlert
 from tlslite.messages import Message
@@ -46,11 +46,15 @@ BAD_RECORD_MAC, RECORD_OVERFLOW, HANDSHAKE_FAILURE = 20, 22, 40
 DECODE_ERROR, PROTOCOL_VERSION, INAPPROPRIATE_FALLBACK = 50, 70, 86
 UNEXPECTED_MESSAGE, NO_APPLICATION_PROTOCOL, USER_CANCELED = 10, 120, 90
 NO_RENEGOTIATION = 100
+BAD_CERTIFICATE, CERTIFICATE_EXPIRED, UNKNOWN_CA = 42, 45, 48
+DECRYPT_ERROR, CERTIFICATE_REQUIRED = 51, 116
 NAMES = {
     0: "close_notify", 10: "unexpected_message", 20: "bad_record_mac",
-    22: "record_overflow", 40: "handshake_failure", 47: "illegal_parameter",
-    50: "decode_error", 70: "protocol_version", 80: "internal_error",
-    86: "inappropriate_fallback", 90: "user_canceled", 100: "no_renegotiation",
+    22: "record_overflow", 40: "handshake_failure", 42: "bad_certificate",
+    45: "certificate_expired", 47: "illegal_parameter", 48: "unknown_ca",
+    50: "decode_error", 51: "decrypt_error", 70: "protocol_version",
+    80: "internal_error", 86: "inappropriate_fallback", 90: "user_canceled",
+    100: "no_renegotiation", 116: "certificate_required",
     120: "no_application_protocol",
 }
 
@@ -190,6 +194,129 @@ class Server:
         assert got.endswith(want), f"server no longer serves: {got[:200]!r}"
         if self.mode == "serve":
             assert got.startswith(b"HTTP/1.1 200"), got[:200]
+
+
+# ---- Client certificates (client_auth = "require") ---------------------------
+
+class ClientCerts:
+    """A client CA, certificates it issues (good, expired), one from
+    another CA, and a key that belongs to none of them."""
+
+    def __init__(self, d):
+        self.d = d
+        self.ca = self.make_ca("ca")
+        self.other_ca = self.make_ca("other-ca")
+        self.good = self.issue("good", self.ca, days=2)
+        self.expired = self.issue("expired", self.ca, days=-1)
+        self.foreign = self.issue("foreign", self.other_ca, days=2)
+        self.stray_key = self.issue("stray", self.ca, days=2)[1]
+
+    def run(self, *args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    def make_ca(self, name):
+        crt, key = os.path.join(self.d, f"{name}.crt"), os.path.join(self.d, f"{name}.key")
+        self.run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                 "-nodes", "-days", "2", "-subj", f"/CN=negative {name}",
+                 "-addext", "basicConstraints=critical,CA:TRUE",
+                 "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-keyout", key, "-out", crt)
+        return crt, key
+
+    def issue(self, name, ca, days):
+        """A client certificate signed by `ca`; `days` < 0: expired (its
+        notAfter before its notBefore, both around now)."""
+        crt, key = os.path.join(self.d, f"{name}.crt"), os.path.join(self.d, f"{name}.key")
+        csr, ext = os.path.join(self.d, f"{name}.csr"), os.path.join(self.d, "client.ext")
+        with open(ext, "w") as f:
+            f.write("extendedKeyUsage=clientAuth\n")
+        self.run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                 "-subj", f"/CN={name}", "-keyout", key, "-out", csr)
+        self.run("x509", "-req", "-in", csr, "-CA", ca[0], "-CAkey", ca[1], "-days", str(days),
+                 "-extfile", ext, "-out", crt)
+        return crt, key
+
+
+def load_chain(crt, key):
+    chain = X509CertChain()
+    with open(crt) as f:
+        chain.parsePemList(f.read())
+    with open(key) as f:
+        return chain, parsePEMKey(f.read(), private=True)
+
+
+def mtls_handshake(srv, version, cert=None, key=None):
+    """A tlslite-ng handshake presenting `cert` signed with `key` (no
+    certificate with None): the connection, once the client is done."""
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=SAFETY)
+    c = TLSConnection(s)
+    hs = HandshakeSettings()
+    hs.minVersion = hs.maxVersion = version
+    chain, pkey = (None, None)
+    if cert is not None:
+        chain, _ = load_chain(cert, key)
+        _, pkey = load_chain(cert, key)
+    try:
+        c.handshakeClientCert(certChain=chain, privateKey=pkey, settings=hs,
+                              serverName="localhost")
+    except TLSRemoteAlert as e:
+        # TLS 1.2: the server's verdict comes before the client's Finished
+        # is answered.
+        c.sock.close()
+        return e.description
+    return c
+
+
+def mtls_refused(version, which, want):
+    """The certificate `which` (an attribute of ClientCerts, or None for
+    none; "stray": the good certificate signed with another key) is refused
+    with the alert `want`."""
+
+    def case(srv):
+        certs = srv.client_certs
+        cert = key = None
+        if which == "stray":
+            cert, key = certs.good[0], certs.stray_key
+        elif which is not None:
+            cert, key = getattr(certs, which)
+        got = mtls_handshake(srv, version, cert, key)
+        if isinstance(got, int):
+            assert got == want, f"want {alert_name(want)}, got {alert_name(got)}"
+            return
+        # TLS 1.3: the client is done before the server has checked; the
+        # refusal is the first thing read (nothing is written: the server
+        # may have closed already).
+        expect_tls_alert(got, want)
+
+    return case
+
+
+def mtls_alive(srv):
+    """A client with a good certificate is served."""
+    c = mtls_handshake(srv, (3, 4), *srv.client_certs.good)
+    assert not isinstance(c, int), f"refused with {alert_name(c)}"
+    c.write(b"GET /hello.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+    got = b""
+    try:
+        while not got.endswith(b"hello world\n"):
+            b = c.read()
+            if not b:
+                break
+            got += b
+    finally:
+        c.sock.close()
+    assert got.startswith(b"HTTP/1.1 200") and got.endswith(b"hello world\n"), got[:200]
+
+
+MTLS_CASES = [
+    (f"{v}: {title}", mtls_refused(ver, which, want))
+    for v, ver in (("TLS 1.3", (3, 4)), ("TLS 1.2", (3, 3)))
+    for title, which, want in (
+        ("no client certificate", None, CERTIFICATE_REQUIRED),
+        ("a client certificate from another CA", "foreign", UNKNOWN_CA),
+        ("an expired client certificate", "expired", CERTIFICATE_EXPIRED),
+        ("a CertificateVerify signed with another key", "stray", DECRYPT_ERROR),
+    )
+]
 
 
 # ---- Records built by hand ---------------------------------------------------
@@ -1014,6 +1141,31 @@ def main():
                     else:
                         failed += 1
                         print(f"FAIL {name}:\n{detail}", flush=True)
+    # Client certificates: a static site that requires them.
+    with tempfile.TemporaryDirectory() as tmp:
+        certs = ClientCerts(tmp)
+        config = f'client_ca = "{certs.ca[0]}"\nclient_auth = "require"\ntls_versions = ["1.2", "1.3"]\n'
+        srv = Server(binary, "serve", "ecdsa", tmp, config=config)
+        srv.client_certs = certs
+        for title, case in MTLS_CASES:
+            name = f"{srv.name()} (client_auth require): {title}"
+            try:
+                case(srv)
+                mtls_alive(srv)
+            except Exception as e:  # one failing case must not stop the rest
+                failed += 1
+                print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
+            else:
+                passed += 1
+                print(f"ok   {name}", flush=True)
+        out, err = srv.stop()
+        name = f"{srv.name()} (client_auth require): no panic in stderr"
+        if "panicked" in err:
+            failed += 1
+            print(f"FAIL {name}:\n{err}", flush=True)
+        else:
+            passed += 1
+            print(f"ok   {name}", flush=True)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
