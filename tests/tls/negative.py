@@ -5,7 +5,9 @@ Owns the peer side of what tlsfront must refuse and how: it starts
 `tlsfront serve` and `tlsfront proxy` (an ECDSA and an RSA certificate
 each) and plays clients that break the protocol, with records built by
 hand (before the handshake) or tlslite-ng (after it, where the records are
-encrypted). Each case asserts the exact alert received (or the 400 page),
+encrypted), and, against a static site with `client_auth = "require"`,
+clients presenting no, a foreign, an expired or a mis-signed client
+certificate. Each case asserts the exact alert received (or the 400 page),
 that the connection was closed, and that the server still serves; at the
 end no server may have printed a panic.
 
