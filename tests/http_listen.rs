@@ -209,6 +209,11 @@ fn config_check_refuses_bad_plain_http_settings() {
     let dir = tempfile::tempdir().unwrap();
     let base = config(dir.path(), "");
     let text = std::fs::read_to_string(&base).unwrap();
+    let (ok, said) = config_check(&base);
+    assert!(
+        ok && said.contains("plain HTTP: 127.0.0.1:0: redirects to https:// with 308"),
+        "{said}"
+    );
     let http = "http_listen = [\"127.0.0.1:0\"]";
     for (changed, want) in [
         (

@@ -71,6 +71,19 @@ fn describe(s: &Settings, now: SystemTime, out: &mut String) -> usize {
     if let Some(a) = s.admin {
         let _ = writeln!(out, "admin: http://{a}/metrics and /healthz (plain HTTP)");
     }
+    if !s.http_listen.is_empty() {
+        let http: Vec<String> = s.http_listen.iter().map(ToString::to_string).collect();
+        let _ = writeln!(
+            out,
+            "plain HTTP: {}: redirects to https:// with {}{}, answers ACME HTTP-01",
+            http.join(", "),
+            s.http_redirect.status(false),
+            match s.http_redirect.status(true) {
+                301 => " (301 for GET and HEAD)",
+                _ => "",
+            }
+        );
+    }
     let mut errors = 0;
     if let Some(p) = &s.pid_file {
         // As `run` writes it (the main process: this user, or root as the
