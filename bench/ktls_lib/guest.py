@@ -665,6 +665,59 @@ def sessions(srv, n, resume, primed=None):
     return {"sessions": n, "resumed": reused}
 
 
+# `--kx` of tlsfront-bench: the group it offers alone, and the name it
+# reports when that group was negotiated.
+KX_GROUPS = {"x25519mlkem768": "X25519MLKEM768", "x25519": "X25519"}
+
+
+def bench_client(srv, kx, n):
+    """tlsfront-bench (a rustls client, the only one here with ML-KEM) as a
+    subprocess: `download` of /1k, n connections one after another, each a
+    full handshake offering only `kx`, the GET and a close, after its probe
+    (one more full handshake, without GET).  Every connection must have
+    negotiated `kx`'s group, else the run stops.  Its instructions, summed
+    over its threads when it was reaped, are read from RUSAGE_CHILDREN."""
+    out = os.path.join(RUN, f"bench-{srv.name}-{kx}.json")
+    argv = [os.path.join(RUN, "tlsfront-bench"), "download", f"https://localhost:{srv.port}/1k",
+            "--runs", str(n), "--kx", kx, "--cipher", "TLS13_AES_128_GCM_SHA256", "--no-resume",
+            "--insecure", "--threads", "1", "--json", out]
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if r.returncode != 0:
+        raise SystemExit(f"kbench: {srv.name}: tlsfront-bench --kx {kx} failed ({r.returncode}): "
+                         f"{(r.stdout + r.stderr)[-800:]}")
+    with open(out) as f:
+        v = json.load(f)
+    want = KX_GROUPS[kx]
+    conns = [v["negotiated"]] + [d["connection"] for run in v["runs"] for d in run["downloads"]]
+    groups = sorted({c["group"] for c in conns})
+    if len(conns) != n + 1 or groups != [want]:
+        raise SystemExit(f"kbench: {srv.name}: --kx {kx}: {len(conns)} connections negotiated "
+                         f"{groups}, wanted {n + 1} with {want}")
+    sizes = {d["bytes"] for run in v["runs"] for d in run["downloads"]}
+    if sizes != {1024} or v["summary"]["handshakes_resumed"]:
+        raise SystemExit(f"kbench: {srv.name}: --kx {kx}: bodies {sorted(sizes)}, "
+                         f"{v['summary']['handshakes_resumed']} resumed")
+    return {"connections": n + 1, "group": want, "suite": v["negotiated"]["suite"],
+            "version": v["negotiated"]["version"],
+            "client_instructions": (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime) * 1e9,
+            "report": r.stdout.splitlines()[:2]}
+
+
+def difference(big, small):
+    """big - small, field by field: the counts of what the larger run did
+    beyond the smaller (numbers, and dicts of numbers)."""
+    out = {}
+    for k, v in big.items():
+        if isinstance(v, dict):
+            out[k] = {kk: vv - small.get(k, {}).get(kk, 0) for kk, vv in v.items()
+                      if isinstance(vv, (int, float))}
+        elif isinstance(v, (int, float)):
+            out[k] = v - small.get(k, 0)
+    return out
+
+
 def keepalive_requests(s, n):
     for _ in range(n):
         http_get(s, "/1k")
@@ -1189,6 +1242,8 @@ def prepare(work, cfg):
     for name in ("cert.pem", "key.pem", "floor"):
         shutil.copy(os.path.join(work, name), os.path.join(RUN, name))
     shutil.copy(cfg["tlsfront"], os.path.join(RUN, "tlsfront"))
+    if cfg.get("bench_client"):
+        shutil.copy(cfg["bench_client"], os.path.join(RUN, "tlsfront-bench"))
     with open(os.path.join(RUN, "cert+key.pem"), "w") as f:
         f.write(open(os.path.join(RUN, "cert.pem")).read() + open(os.path.join(RUN, "key.pem")).read())
     for name in ("cert.pem", "key.pem", "cert+key.pem"):
@@ -1283,6 +1338,37 @@ def main():
                     primed = first_session(srv[name]) if resume else None
                     case("handshake", f"{label} handshake + GET 1k", srv[name], "session", n,
                          lambda: sessions(srv[name], n, resume, primed), cipher="aes128")
+        if want("kx"):
+            # The key exchange's cost: tlsfront-bench offers one group, and
+            # each server is counted over two of its runs, one connection
+            # and n + 1 (after the probe each), the first taken from the
+            # second: n full handshakes + GET 1k, nothing of the client's
+            # start-up or probe.  The client's instructions are its own.
+            n = cfg["sessions"]
+            for label, name, kx in (("tlsfront-mlkem", "tlsfront", "x25519mlkem768"),
+                                    ("tlsfront-x25519", "tlsfront", "x25519"),
+                                    ("nginx-x25519", "nginx", "x25519")):
+                server = srv[name]
+                bench_client(server, kx, 5)
+                title = "full handshake + GET 1k, rustls client offering one group"
+                log(f"{title} {label}")
+                if cfg.get("profile"):
+                    with Profile(f"kx-{label}") as prof:
+                        bench_client(server, kx, n)
+                    print("KBENCH-PROFILE " + json.dumps(dict(
+                        case=title, server=label, units=n, unit="session", period=PROFILE_PERIOD,
+                        report=prof.report(server.pids()))), flush=True)
+                    continue
+                small = measured(server, backend, lambda: bench_client(server, kx, 1))
+                big = measured(server, backend, lambda: bench_client(server, kx, n + 1))
+                m = difference(big, small)
+                m["instructions"]["client"] += (big["detail"]["client_instructions"]
+                                                - small["detail"]["client_instructions"])
+                m["detail"] = dict(big["detail"], method=f"runs of {n + 2} and 2 connections, subtracted",
+                                   small=small, big={k: v for k, v in big.items() if k != "detail"})
+                m.update(case=title, group="kx", server=label, unit="session", units=n,
+                         cipher="aes128", kx=big["detail"]["group"])
+                emit(m)
         if want("privsep"):
             n = cfg["sessions"]
             for name in ("tlsfront-user", "tlsfront-user-keys"):

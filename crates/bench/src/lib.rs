@@ -29,7 +29,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tls::{TlsChoice, TlsSetupError, TlsVersion, Trust};
+use tls::{Kx, TlsChoice, TlsSetupError, TlsVersion, Trust};
 use url::{Target, UrlError};
 
 /// The command line of `tlsfront-bench`.
@@ -74,6 +74,10 @@ pub struct CommonArgs {
     /// or TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256).
     #[arg(long, value_name = "NAME")]
     pub cipher: Option<String>,
+    /// Offer only this key-exchange group [default: x25519 and secp256r1,
+    /// X25519's key share sent].
+    #[arg(long, value_enum, value_name = "GROUP")]
+    pub kx: Option<Kx>,
     /// Accept any server certificate (handshake signatures are still verified).
     #[arg(long, conflicts_with = "ca")]
     pub insecure: bool,
@@ -153,6 +157,7 @@ fn prepare(url: &str, common: &CommonArgs) -> Result<Prepared, BenchError> {
     let choice = TlsChoice {
         version: common.tls_version,
         cipher: common.cipher.clone(),
+        kx: common.kx,
         trust: trust.clone(),
         resume: !common.no_resume,
     };
@@ -161,6 +166,7 @@ fn prepare(url: &str, common: &CommonArgs) -> Result<Prepared, BenchError> {
         "url": target.url,
         "tls_version": common.tls_version.map(|v| v.flag()).unwrap_or("1.3,1.2"),
         "cipher": common.cipher,
+        "kx": common.kx.map(|k| k.flag()).unwrap_or("x25519,secp256r1"),
         "trust": match &trust {
             Trust::Insecure => "insecure".to_string(),
             Trust::WebRoots => "webpki-roots".to_string(),
@@ -347,11 +353,14 @@ mod tests {
             "--tls-version",
             "1.2",
             "--insecure",
+            "--kx",
+            "x25519mlkem768",
         ])
         .unwrap();
         let Mode::Tps(a) = t.mode else {
             panic!("not tps")
         };
+        assert_eq!(a.common.kx, Some(Kx::X25519MlKem768));
         assert_eq!(a.ramp.rates(), vec![5, 10]);
         assert_eq!((a.step_seconds, a.requests_per_session), (2, 4));
         assert!(a.common.no_resume && a.common.insecure);
@@ -380,6 +389,7 @@ mod tests {
         for bad in [
             &["download", "https://h/", "--insecure", "--ca", "x"][..],
             &["download", "https://h/", "--tls-version", "1.1"],
+            &["download", "https://h/", "--kx", "x448"],
             &["tps", "https://h/", "--ramp", "5:x:10"],
             &["download", "https://h/", "--runs", "0"],
             &["download", "https://h/", "-c", "0"],

@@ -1,6 +1,6 @@
 //! The client's rustls configuration, from the command line: its own
 //! crypto provider (aws-lc-rs), protocol versions, one cipher suite or all
-//! of the provider's, trusted roots (webpki-roots, `--ca`, or `--insecure`),
+//! of the provider's, one key-exchange group or the default two, trusted roots (webpki-roots, `--ca`, or `--insecure`),
 //! session resumption, and the `--insecure` certificate verifier that still
 //! checks handshake signatures.
 
@@ -72,6 +72,37 @@ impl TlsVersion {
     }
 }
 
+/// A key-exchange group the client may offer alone (`--kx`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kx {
+    /// The hybrid of X25519 and ML-KEM-768 (post-quantum).
+    #[value(name = "x25519mlkem768")]
+    X25519MlKem768,
+    #[value(name = "x25519")]
+    X25519,
+    #[value(name = "secp256r1")]
+    Secp256r1,
+}
+
+impl Kx {
+    /// As written after `--kx`.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Kx::X25519MlKem768 => "x25519mlkem768",
+            Kx::X25519 => "x25519",
+            Kx::Secp256r1 => "secp256r1",
+        }
+    }
+
+    fn group(self) -> &'static dyn rustls::crypto::SupportedKxGroup {
+        match self {
+            Kx::X25519MlKem768 => aws_lc_rs::kx_group::X25519MLKEM768,
+            Kx::X25519 => aws_lc_rs::kx_group::X25519,
+            Kx::Secp256r1 => aws_lc_rs::kx_group::SECP256R1,
+        }
+    }
+}
+
 /// Where server certificates are checked against.
 #[derive(Clone, Debug)]
 pub enum Trust {
@@ -90,6 +121,8 @@ pub struct TlsChoice {
     pub version: Option<TlsVersion>,
     /// A rustls suite name; `None`: all of [`provider`]'s suites.
     pub cipher: Option<String>,
+    /// The one group to offer; `None`: all of [`provider`]'s groups.
+    pub kx: Option<Kx>,
     pub trust: Trust,
     /// Resume sessions across connections (in-memory cache).
     pub resume: bool,
@@ -98,7 +131,8 @@ pub struct TlsChoice {
 /// The client's crypto provider: aws-lc-rs with its default suites (the
 /// AEAD suites of TLS 1.3 and of TLS 1.2 with ECDHE, the ones tlsfront and
 /// kTLS carry) and only X25519 and P-256 key exchange, the groups tlsfront
-/// takes: no ML-KEM hybrid share to compute, for nothing, per handshake.
+/// takes without ML-KEM: no hybrid share to compute per handshake unless
+/// `--kx x25519mlkem768` asks for it.
 pub fn provider() -> CryptoProvider {
     CryptoProvider {
         kx_groups: vec![aws_lc_rs::kx_group::X25519, aws_lc_rs::kx_group::SECP256R1],
@@ -145,6 +179,11 @@ pub fn client_config(choice: &TlsChoice) -> Result<Arc<ClientConfig>, TlsSetupEr
         }
         versions = vec![suite.version()];
         provider.cipher_suites = vec![suite];
+    }
+    if let Some(kx) = choice.kx {
+        // Offered alone: its key share goes in the ClientHello, and a server
+        // without it must fail the handshake rather than fall back.
+        provider.kx_groups = vec![kx.group()];
     }
     let provider = Arc::new(provider);
     let builder = ClientConfig::builder_with_provider(provider.clone())
@@ -253,6 +292,7 @@ mod tests {
         TlsChoice {
             version: None,
             cipher: None,
+            kx: None,
             trust: Trust::Insecure,
             resume: true,
         }
@@ -299,6 +339,28 @@ mod tests {
             e.contains("TLS 1.3") && e.contains("--tls-version 1.2"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn kx_choice() {
+        for (kx, group) in [
+            (Kx::X25519MlKem768, rustls::NamedGroup::X25519MLKEM768),
+            (Kx::X25519, rustls::NamedGroup::X25519),
+            (Kx::Secp256r1, rustls::NamedGroup::secp256r1),
+        ] {
+            let c = client_config(&TlsChoice {
+                kx: Some(kx),
+                ..choice()
+            })
+            .unwrap();
+            let groups: Vec<_> = c
+                .crypto_provider()
+                .kx_groups
+                .iter()
+                .map(|g| g.name())
+                .collect();
+            assert_eq!(groups, [group], "{kx:?}");
+        }
     }
 
     #[test]

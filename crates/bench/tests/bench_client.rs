@@ -319,6 +319,34 @@ fn download_counts_runs_and_verifies_bytes() {
         "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"
     );
     assert_eq!(v["negotiated"]["version"], "TLS 1.2");
+
+    // A chosen key-exchange group is offered alone: every connection
+    // negotiates it, and the report's first lines name it.
+    for (kx, group) in [
+        ("x25519mlkem768", "X25519MLKEM768"),
+        ("x25519", "X25519"),
+        ("secp256r1", "secp256r1"),
+    ] {
+        let (v, stdout) = bench_json(
+            &["download", &url, "--runs", "2", "--kx", kx],
+            dir.path(),
+            Duration::from_secs(60),
+        );
+        assert_eq!(v["settings"]["tls"]["kx"], kx);
+        assert_eq!(v["negotiated"]["group"], group, "{kx}");
+        let downloads: Vec<_> = v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r["downloads"].as_array().unwrap())
+            .collect();
+        assert_eq!(downloads.len(), 2);
+        for d in downloads {
+            assert_eq!(d["connection"]["group"], group, "{kx}: {d}");
+        }
+        let head: String = stdout.lines().take(2).collect::<Vec<_>>().join("\n");
+        assert!(head.contains(&format!(" {group} at ")), "{kx}: {stdout}");
+    }
 }
 
 #[test]
