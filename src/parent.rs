@@ -76,6 +76,9 @@ impl Held {
         held.files.extend(settings.ticket_keys.iter().cloned());
         // A private CA's roots, for the ACME client in the server process.
         held.files.extend(settings.acme.extra_roots.iter().cloned());
+        // The TSIG key of DNS-01 updates (read again at each reload).
+        held.files
+            .extend(settings.acme.dns.iter().map(|d| d.key_file.clone()));
         for site in &settings.sites {
             for (cert, key) in &site.certs {
                 held.files.insert(cert.clone());

@@ -237,6 +237,7 @@ impl Pebble {
             contact: vec!["mailto:hostmaster@tlsfront.test".into()],
             state_dir: state_dir.to_path_buf(),
             extra_roots: Some(self.https_ca.clone()),
+            dns: None,
         }
     }
 
@@ -547,6 +548,7 @@ async fn unreachable_directory_is_named() {
         contact: vec![],
         state_dir: state.path().to_path_buf(),
         extra_roots: None,
+        dns: None,
     };
     let err = acme::obtain(
         &settings,

@@ -47,6 +47,10 @@ pub enum ChallengeKind {
     /// HTTP-01 on the plain-HTTP listener (port 80 as the CA reaches it).
     #[serde(rename = "http-01")]
     Http01,
+    /// DNS-01: a TXT record added to the zone by an RFC 2136 update to
+    /// `acme_dns_server` (the only challenge that proves wildcard names).
+    #[serde(rename = "dns-01")]
+    Dns01,
 }
 
 /// The challenges being answered, shared with the listeners: cloning

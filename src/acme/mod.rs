@@ -21,6 +21,7 @@
 
 mod challenge;
 mod client;
+pub mod dns01;
 
 pub use challenge::{is_challenge_hello, ChallengeKind, Challenges, ACME_TLS_ALPN, HTTP01_PREFIX};
 
@@ -53,6 +54,9 @@ pub struct AcmeSettings {
     /// A PEM file of extra CA roots to trust for the directory's HTTPS (a
     /// private or test CA, e.g. pebble's); webpki-roots are always trusted.
     pub extra_roots: Option<PathBuf>,
+    /// Where DNS-01 answers go (`acme_dns_server` and its TSIG key); `None`:
+    /// DNS-01 is not answered.
+    pub dns: Option<dns01::DnsUpdate>,
 }
 
 impl AcmeSettings {
@@ -63,6 +67,7 @@ impl AcmeSettings {
             contact: Vec::new(),
             state_dir: state_dir.into(),
             extra_roots: None,
+            dns: None,
         }
     }
 }
@@ -96,7 +101,7 @@ impl std::fmt::Debug for Issued {
 pub enum AcmeError {
     #[error("no names to obtain a certificate for: give at least one DNS name")]
     NoNames,
-    #[error("{name:?} cannot be in an ACME certificate obtained with TLS-ALPN-01: {reason}")]
+    #[error("{name:?} cannot be in an ACME certificate: {reason}")]
     BadName { name: String, reason: &'static str },
     #[error("could not {action} {}: {source}; check that the ACME state directory is writable by this user", path.display())]
     Io {
@@ -133,6 +138,15 @@ pub enum AcmeError {
     Challenge { name: String, detail: String },
     #[error("the ACME CA could not validate {name} with HTTP-01: {detail}; check that {name} resolves to this server and that its port 80 reaches the http_listen listener (a redirect or proxy in front of it must pass /.well-known/acme-challenge/ on)")]
     HttpChallenge { name: String, detail: String },
+    #[error("the ACME CA could not validate {name} with DNS-01: {detail}; check that the servers the CA asks for _acme-challenge.{} (the zone's NS records) serve what acme_dns_server was given (secondaries must be notified)", name.trim_start_matches("*."))]
+    DnsChallenge { name: String, detail: String },
+    #[error("DNS-01 for {name}: {source}")]
+    Dns {
+        name: String,
+        // Boxed: every AcmeError stays small.
+        #[source]
+        source: Box<dns01::DnsError>,
+    },
     #[error("the ACME CA at {url} rejected the replay nonce of a request while {step} (badNonce, RFC 8555 section 6.5: each request carries a one-time nonce from the CA, and it refused {MAX_NONCES} nonces in a row, each retry with a fresh one): this is not a failed validation and says nothing about the names or this server; it is tried again at the next attempt")]
     BadNonce { url: String, step: String },
     #[error("the ACME CA did not issue the certificate for {names}: {detail}")]
@@ -271,6 +285,15 @@ pub async fn obtain_with(
     kind: ChallengeKind,
 ) -> Result<Issued, AcmeError> {
     let names = normalize(names)?;
+    // Only DNS-01 proves a wildcard: say so before ordering anything.
+    let dns = matches!(kind, ChallengeKind::Auto | ChallengeKind::Dns01) && settings.dns.is_some();
+    if let Some(w) = names.iter().find(|n| n.starts_with("*.") && !dns) {
+        return Err(AcmeError::BadName {
+            name: w.clone(),
+            reason: "only DNS-01 proves a wildcard name: set acme_dns_server and \
+                     acme_dns_tsig_key_file, and acme_challenge to \"dns-01\" or \"auto\"",
+        });
+    }
     let http = client::AcmeHttp::new(settings.extra_roots.as_deref())?;
     let work = obtain_names(settings, &names, challenges, kind, http);
     match tokio::time::timeout(OBTAIN_TIMEOUT, work).await {
@@ -332,6 +355,9 @@ async fn obtain_names<H: instant_acme::HttpClient + Clone>(
     // guards take them down when this function returns, however it does.
     let mut answering = Vec::new();
     let mut answering_http = Vec::new();
+    // DNS-01 records added; removed (awaited) once the CA is done, or by
+    // the guard's drop on any other way out.
+    let mut published: Option<dns01::Published> = None;
     // The kind of challenge answered, for the words of a failure.
     let mut tried = ChallengeType::TlsAlpn01;
     let mut authorizations = order.authorizations();
@@ -350,13 +376,18 @@ async fn obtain_names<H: instant_acme::HttpClient + Clone>(
             }
         }
         let offered = offered(&authorization.challenges);
-        let ty = pick_challenge(kind, challenges.http_listening(), |t| {
+        let can = Can {
+            http: challenges.http_listening(),
+            dns: settings.dns.is_some(),
+        };
+        let wildcard = authorization.wildcard;
+        let ty = pick_challenge(kind, can, wildcard, |t| {
             authorization.challenges.iter().any(|c| c.r#type == t)
         })
         .ok_or_else(|| AcmeError::NoChallenge {
             name: name.clone(),
             offered,
-            wanted: wanted(kind, challenges.http_listening()),
+            wanted: wanted(kind, can, wildcard),
         })?;
         let Some(mut challenge) = authorization.challenge(ty.clone()) else {
             unreachable!("pick_challenge picks an offered challenge")
@@ -366,6 +397,15 @@ async fn obtain_names<H: instant_acme::HttpClient + Clone>(
         if ty == ChallengeType::Http01 {
             answering_http
                 .push(challenges.answer_http(&challenge.token, key_authorization.as_str()));
+        } else if let (ChallengeType::Dns01, Some(dns)) = (&ty, &settings.dns) {
+            published
+                .get_or_insert_with(|| dns01::Published::new(dns.clone()))
+                .add(&name, &key_authorization.dns_value())
+                .await
+                .map_err(|source| AcmeError::Dns {
+                    name: name.clone(),
+                    source: Box::new(source),
+                })?;
         } else {
             let key = challenge::challenge_key(&name, key_authorization.digest().as_ref())?;
             answering.push(challenges.answer(&name, key));
@@ -377,7 +417,11 @@ async fn obtain_names<H: instant_acme::HttpClient + Clone>(
         })?;
     }
 
-    match retry_bad_nonce!(order.poll_ready(&poll_policy())) {
+    let ready = retry_bad_nonce!(order.poll_ready(&poll_policy()));
+    if let Some(published) = published.take() {
+        published.remove().await;
+    }
+    match ready {
         Ok(OrderStatus::Ready) => {}
         Err(e) if is_bad_nonce(&e) => {
             return Err(AcmeError::BadNonce {
@@ -456,33 +500,61 @@ async fn obtain_names<H: instant_acme::HttpClient + Clone>(
     Ok(issued)
 }
 
+/// What this process can answer besides TLS-ALPN-01: HTTP-01 (a
+/// plain-HTTP listener runs), DNS-01 (`acme_dns_server` is set).
+#[derive(Clone, Copy, Debug)]
+struct Can {
+    http: bool,
+    dns: bool,
+}
+
 /// The challenge to answer for an authorization, given what the site asks
-/// for (`kind`), whether a plain-HTTP listener runs, and what the CA
-/// offers (`offers`).
+/// for (`kind`), what this process can answer, whether the authorization
+/// is for a wildcard (only DNS-01 proves one: "auto" picks it for
+/// wildcards only), and what the CA offers (`offers`).
 fn pick_challenge(
     kind: ChallengeKind,
-    http_listening: bool,
+    can: Can,
+    wildcard: bool,
     offers: impl Fn(ChallengeType) -> bool,
 ) -> Option<ChallengeType> {
     let candidates: &[ChallengeType] = match kind {
-        ChallengeKind::Auto if http_listening => &[ChallengeType::TlsAlpn01, ChallengeType::Http01],
+        ChallengeKind::Dns01 | ChallengeKind::Auto if wildcard && can.dns => {
+            &[ChallengeType::Dns01]
+        }
+        _ if wildcard => &[],
+        ChallengeKind::Auto if can.http => &[ChallengeType::TlsAlpn01, ChallengeType::Http01],
         ChallengeKind::Auto | ChallengeKind::TlsAlpn01 => &[ChallengeType::TlsAlpn01],
-        ChallengeKind::Http01 if http_listening => &[ChallengeType::Http01],
-        ChallengeKind::Http01 => &[],
+        ChallengeKind::Http01 if can.http => &[ChallengeType::Http01],
+        ChallengeKind::Dns01 if can.dns => &[ChallengeType::Dns01],
+        ChallengeKind::Http01 | ChallengeKind::Dns01 => &[],
     };
     candidates.iter().find(|t| offers((*t).clone())).cloned()
 }
 
 /// What [`pick_challenge`] looked for, for [`AcmeError::NoChallenge`].
-fn wanted(kind: ChallengeKind, http_listening: bool) -> &'static str {
-    match (kind, http_listening) {
-        (ChallengeKind::Auto, true) => "this server answers tls-alpn-01 and http-01",
-        (ChallengeKind::Auto, false) => {
+fn wanted(kind: ChallengeKind, can: Can, wildcard: bool) -> &'static str {
+    match (kind, can.http, can.dns) {
+        (ChallengeKind::Dns01, _, true) => "the site's acme_challenge is \"dns-01\"",
+        (ChallengeKind::Dns01, _, false) => {
+            "the site's acme_challenge is \"dns-01\" and acme_dns_server is not set"
+        }
+        (_, _, false) if wildcard => {
+            "a wildcard name is proven with dns-01 only, and acme_dns_server is not set"
+        }
+        (ChallengeKind::Auto, _, true) if wildcard => {
+            "a wildcard name is proven with dns-01 only"
+        }
+        (ChallengeKind::TlsAlpn01 | ChallengeKind::Http01, _, _) if wildcard => {
+            "a wildcard name is proven with dns-01 only, and the site's acme_challenge is not \"dns-01\""
+        }
+        (ChallengeKind::Auto, true, _) => "this server answers tls-alpn-01 and http-01",
+        (ChallengeKind::Auto, false, _) => {
             "this server answers tls-alpn-01, and http-01 once http_listen is set"
         }
-        (ChallengeKind::TlsAlpn01, _) => "the site's acme_challenge is \"tls-alpn-01\"",
-        (ChallengeKind::Http01, true) => "the site's acme_challenge is \"http-01\"",
-        (ChallengeKind::Http01, false) => {
+        (ChallengeKind::TlsAlpn01, _, _) => "the site's acme_challenge is \"tls-alpn-01\"",
+        (ChallengeKind::Http01, true, _) => "the site's acme_challenge is \"http-01\"",
+        (ChallengeKind::Http01, false, _) => {
             "the site's acme_challenge is \"http-01\" and no http_listen listener runs"
         }
     }
@@ -492,6 +564,7 @@ fn wanted(kind: ChallengeKind, http_listening: bool) -> &'static str {
 fn challenge_error(ty: &ChallengeType, name: String, detail: String) -> AcmeError {
     match ty {
         ChallengeType::Http01 => AcmeError::HttpChallenge { name, detail },
+        ChallengeType::Dns01 => AcmeError::DnsChallenge { name, detail },
         _ => AcmeError::Challenge { name, detail },
     }
 }
@@ -987,10 +1060,12 @@ fn system_time(unix: i64) -> SystemTime {
     }
 }
 
-/// Lowercased, deduplicated (first occurrence kept), each a plain DNS name:
-/// TLS-ALPN-01 cannot prove wildcards, and IP identifiers are not offered.
-/// The first name is also a directory name under `state_dir/certs`, which
-/// a valid DNS name is safe to be (no '/', never "." or "..").
+/// Lowercased, deduplicated (first occurrence kept), each a DNS name or a
+/// wildcard `*.` and one (only DNS-01 proves those: `obtain_names` refuses
+/// them with any other challenge); IP identifiers are not offered. The
+/// first name is also a directory name under `state_dir/certs`, which a
+/// valid DNS name is safe to be (no '/', never "." or ".."), and so is
+/// `*.` before one (the directory of a wildcard is named with its `*`).
 fn normalize(names: &[String]) -> Result<Vec<String>, AcmeError> {
     let mut out: Vec<String> = Vec::with_capacity(names.len());
     for name in names {
@@ -999,15 +1074,14 @@ fn normalize(names: &[String]) -> Result<Vec<String>, AcmeError> {
             name: name.clone(),
             reason,
         };
-        if lower.starts_with("*.") {
-            return Err(bad(
-                "TLS-ALPN-01 cannot prove a wildcard name (that needs DNS-01)",
-            ));
-        }
-        if lower.parse::<std::net::IpAddr>().is_ok() {
+        let base = lower.strip_prefix("*.").unwrap_or(&lower);
+        if base.parse::<std::net::IpAddr>().is_ok() {
             return Err(bad("IP addresses are not supported, only DNS names"));
         }
-        if rustls::pki_types::DnsName::try_from(lower.as_str()).is_err() || !lower.contains('.') {
+        if rustls::pki_types::DnsName::try_from(base).is_err()
+            || !base.contains('.')
+            || base.contains('*')
+        {
             return Err(bad("not a valid fully qualified DNS name"));
         }
         if !out.contains(&lower) {
@@ -1328,15 +1402,62 @@ mod tests {
     }
 
     #[test]
+    fn challenges_are_picked_by_kind_what_runs_and_wildcards() {
+        use ChallengeType::{Dns01, Http01, TlsAlpn01};
+        let all = |_: ChallengeType| true;
+        let can = |http, dns| Can { http, dns };
+        let pick = |kind, c, wildcard| pick_challenge(kind, c, wildcard, all);
+        // "auto": dns-01 for wildcards only, when it can be answered.
+        assert_eq!(
+            pick(ChallengeKind::Auto, can(true, true), false),
+            Some(TlsAlpn01)
+        );
+        assert_eq!(
+            pick(ChallengeKind::Auto, can(true, true), true),
+            Some(Dns01)
+        );
+        assert_eq!(pick(ChallengeKind::Auto, can(true, false), true), None);
+        assert_eq!(
+            pick(ChallengeKind::Dns01, can(true, true), false),
+            Some(Dns01)
+        );
+        assert_eq!(pick(ChallengeKind::Dns01, can(true, false), false), None);
+        // No other challenge proves a wildcard, whatever runs.
+        assert_eq!(pick(ChallengeKind::Http01, can(true, true), true), None);
+        assert_eq!(pick(ChallengeKind::TlsAlpn01, can(true, true), true), None);
+        assert_eq!(
+            pick(ChallengeKind::Http01, can(true, true), false),
+            Some(Http01)
+        );
+        // "auto" falls back to http-01 when the CA offers no tls-alpn-01.
+        let no_alpn = |t: ChallengeType| t != TlsAlpn01;
+        assert_eq!(
+            pick_challenge(ChallengeKind::Auto, can(true, true), false, no_alpn),
+            Some(Http01)
+        );
+        assert!(wanted(ChallengeKind::Http01, can(true, true), true).contains("dns-01 only"));
+        assert!(wanted(ChallengeKind::Dns01, can(true, false), false).contains("acme_dns_server"));
+    }
+
+    #[test]
     fn names_are_checked_and_normalized() {
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         assert_eq!(
             normalize(&s(&["A.Example.COM.", "a.example.com", "b.example.com"])).unwrap(),
             s(&["a.example.com", "b.example.com"])
         );
+        // A wildcard is a name here (DNS-01 proves it); one label of it.
+        assert_eq!(
+            normalize(&s(&["*.Example.com", "example.com"])).unwrap(),
+            s(&["*.example.com", "example.com"])
+        );
         for bad in [
             "",
-            "*.example.com",
+            "*.com",
+            "*.*.example.com",
+            "a.*.example.com",
+            "*example.com",
+            "*.127.0.0.1",
             "127.0.0.1",
             "::1",
             "../etc",

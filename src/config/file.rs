@@ -132,7 +132,8 @@ pub struct SiteFile {
     /// The certificate comes from the ACME CA (`acme_directory`), answered
     /// with TLS-ALPN-01 on the site's own listener.
     pub acme: bool,
-    /// How the CA validates the names: `auto`, `tls-alpn-01`, `http-01`.
+    /// How the CA validates the names: `auto`, `tls-alpn-01`, `http-01`,
+    /// `dns-01`.
     pub acme_challenge: Option<crate::acme::ChallengeKind>,
     /// Static files from this directory…
     pub root: Option<PathBuf>,
@@ -245,6 +246,12 @@ pub struct FileConfig {
     /// Extra CA roots (PEM) to trust for the ACME directory's HTTPS (a
     /// private CA).
     pub acme_ca_roots: Option<PathBuf>,
+    /// DNS-01: the zone's primary DNS server, `IP:PORT` (or `IP`, port 53),
+    /// which takes RFC 2136 updates over TCP.
+    pub acme_dns_server: Option<String>,
+    /// DNS-01: the TSIG key those updates are signed with, bind's key
+    /// clause as `tsig-keygen` writes it.
+    pub acme_dns_tsig_key_file: Option<PathBuf>,
     pub limits: Limits,
     pub timeouts: Timeouts,
     /// Response headers every site with a root starts from (and the one
@@ -419,6 +426,7 @@ impl FileConfig {
         self.state_dir.iter_mut().for_each(fix);
         self.pid_file.iter_mut().for_each(fix);
         self.acme_ca_roots.iter_mut().for_each(fix);
+        self.acme_dns_tsig_key_file.iter_mut().for_each(fix);
         self.cert.iter_mut().for_each(|c| c.rebase(base));
         self.key.iter_mut().for_each(|c| c.rebase(base));
         self.ocsp.iter_mut().for_each(|c| c.rebase(base));

@@ -456,6 +456,10 @@ pub fn resolve(
             .unwrap_or(crate::files::cache::DEFAULT_VALID),
     };
     super::check_timeout(&o("open_file_cache_valid"), open_file_cache.valid)?;
+    let acme_dns = acme_dns(&file, &o)?;
+    if acme_dns.is_none() {
+        dns01_needs_a_server(&sites)?;
+    }
     if http_listen.is_empty() {
         if let Some(s) = sites
             .iter()
@@ -507,6 +511,7 @@ pub fn resolve(
                     .unwrap_or_else(|_| PathBuf::from("acme")),
             },
             extra_roots: file.acme_ca_roots.clone(),
+            dns: acme_dns,
         },
         limits: file.limits,
         timeouts: file.timeouts,
@@ -514,6 +519,95 @@ pub fn resolve(
         default_site: default_site.unwrap_or(0),
         open_file_cache,
     })
+}
+
+/// `acme_dns_server` and `acme_dns_tsig_key_file`: both or neither; the
+/// key file is read now (and at each reload), so a bad one stops the start
+/// rather than the first DNS-01 order.
+fn acme_dns(
+    file: &FileConfig,
+    o: &dyn Fn(&str) -> String,
+) -> Result<Option<crate::acme::dns01::DnsUpdate>, ConfigError> {
+    use crate::acme::dns01::{TsigKey, KEY_SETTING, SERVER_SETTING};
+    let invalid = |key: &str, message: String| ConfigError::Invalid {
+        origin: o(key),
+        message,
+    };
+    match (&file.acme_dns_server, &file.acme_dns_tsig_key_file) {
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(invalid(
+            SERVER_SETTING,
+            format!(
+                "DNS-01 updates are signed with TSIG: add {KEY_SETTING} = \
+                 \"/etc/tlsfront/acme-dns.key\" (the key the server takes updates with, as \
+                 `tsig-keygen -a hmac-sha256 NAME` writes it)"
+            ),
+        )),
+        (None, Some(_)) => Err(invalid(
+            KEY_SETTING,
+            format!(
+                "the key signs updates to a DNS server: add {SERVER_SETTING} = \"IP:PORT\" \
+                 (the primary server of the zones holding the names)"
+            ),
+        )),
+        (Some(server), Some(key_file)) => {
+            let addr = server
+                .parse::<SocketAddr>()
+                .or_else(|_| {
+                    server
+                        .parse::<std::net::IpAddr>()
+                        .map(|ip| SocketAddr::new(ip, 53))
+                })
+                .map_err(|_| {
+                    invalid(
+                        SERVER_SETTING,
+                        format!(
+                            "{server:?} is not IP:PORT or IP (examples: \"192.0.2.53:53\", \
+                             \"[2001:db8::53]:53\"): the zone's primary server, which takes \
+                             updates over TCP"
+                        ),
+                    )
+                })?;
+            let key = TsigKey::read(key_file).map_err(|e| invalid(KEY_SETTING, e.to_string()))?;
+            Ok(Some(crate::acme::dns01::DnsUpdate {
+                server: addr,
+                key_file: key_file.clone(),
+                key: std::sync::Arc::new(key),
+            }))
+        }
+    }
+}
+
+/// Without `acme_dns_server`, no site may need DNS-01: one that asks for
+/// it, or an "auto" one with a wildcard name (only DNS-01 proves those).
+fn dns01_needs_a_server(sites: &[Site]) -> Result<(), ConfigError> {
+    use crate::acme::ChallengeKind;
+    for s in sites.iter().filter(|s| s.acme) {
+        let wildcard = s.names.iter().find(|n| n.starts_with("*."));
+        match (s.acme_challenge, wildcard) {
+            (ChallengeKind::Dns01, _) => {
+                return Err(ConfigError::Invalid {
+                    origin: format!("{}, setting acme_challenge", s.origin),
+                    message: "\"dns-01\" adds a TXT record through the zone's DNS server, and \
+                              acme_dns_server is not set: set acme_dns_server and \
+                              acme_dns_tsig_key_file"
+                        .into(),
+                })
+            }
+            (ChallengeKind::Auto, Some(w)) => {
+                return Err(ConfigError::Invalid {
+                    origin: format!("{}, setting names", s.origin),
+                    message: format!(
+                        "{w}: an ACME CA proves a wildcard name with DNS-01 only, and \
+                         acme_dns_server is not set: set acme_dns_server and \
+                         acme_dns_tsig_key_file, list the names, or give cert and key"
+                    ),
+                })
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// A key of a site with a root that a backend site has set, if any
@@ -923,12 +1017,22 @@ fn resolve_site(
                     .into(),
             ));
         }
-        if let Some(w) = names.iter().find(|n| n.starts_with("*.")) {
+        use crate::acme::ChallengeKind;
+        let challenge = s.acme_challenge.unwrap_or_default();
+        if let (Some(w), ChallengeKind::TlsAlpn01 | ChallengeKind::Http01) =
+            (names.iter().find(|n| n.starts_with("*.")), challenge)
+        {
             return Err(invalid(
-                "acme",
+                "acme_challenge",
                 format!(
-                    "{w}: ACME proves names here with TLS-ALPN-01 or HTTP-01, which cannot \
-                     prove a wildcard (that takes DNS-01): list the names, or give cert and key"
+                    "{w}: the CA proves a wildcard name with DNS-01 only, not {}: set \
+                     acme_challenge = \"dns-01\" (or leave it out: \"auto\" uses DNS-01 for \
+                     wildcards) with acme_dns_server and acme_dns_tsig_key_file, list the \
+                     names, or give cert and key",
+                    match challenge {
+                        ChallengeKind::TlsAlpn01 => "TLS-ALPN-01",
+                        _ => "HTTP-01",
+                    }
                 ),
             ));
         }
@@ -1074,6 +1178,90 @@ mod tests {
         );
         assert!(matches!(s.sites[1].job, Job::Backend(_)));
         assert_eq!(s.default_site, 1);
+    }
+
+    /// DNS-01: the server and key settings go together, the key file is
+    /// read and checked, and wildcard names with acme need DNS-01.
+    #[test]
+    fn dns01_settings_and_wildcards() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("acme.key");
+        std::fs::write(
+            &key,
+            "key \"acme.\" {\n\talgorithm hmac-sha256;\n\tsecret \"c2VjcmV0\";\n};\n",
+        )
+        .unwrap();
+        let bad_key = dir.path().join("bad.key");
+        std::fs::write(
+            &bad_key,
+            "key \"acme\" { algorithm hmac-sha256; secret \"#\"; };",
+        )
+        .unwrap();
+        let dns = format!(
+            "acme_dns_server = \"192.0.2.53\"\nacme_dns_tsig_key_file = \"{}\"\n",
+            key.display()
+        );
+        let wild = "[[site]]\nnames = [\"*.a.test\", \"a.test\"]\nroot = \"/x\"\nacme = true\n";
+        let s = from_text(&format!("{dns}{wild}")).unwrap();
+        let d = s.acme.dns.as_ref().unwrap();
+        assert_eq!(d.server, "192.0.2.53:53".parse().unwrap());
+        assert_eq!(d.key.name, "acme");
+        assert_eq!(s.sites[0].acme_challenge, crate::acme::ChallengeKind::Auto);
+        from_text(&format!("{dns}{wild}acme_challenge = \"dns-01\"\n")).unwrap();
+        for (text, want) in [
+            (
+                wild.to_string(),
+                "setting names: *.a.test: an ACME CA proves a wildcard name with DNS-01 only, \
+                 and acme_dns_server is not set",
+            ),
+            (
+                format!("http_listen = [\"127.0.0.1:0\"]\n{dns}{wild}acme_challenge = \"http-01\"\n"),
+                "setting acme_challenge: *.a.test: the CA proves a wildcard name with DNS-01 \
+                 only, not HTTP-01",
+            ),
+            (
+                format!("{dns}{wild}acme_challenge = \"tls-alpn-01\"\n"),
+                "not TLS-ALPN-01",
+            ),
+            (
+                "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nacme = true\nacme_challenge = \"dns-01\"\n".into(),
+                "setting acme_challenge: \"dns-01\" adds a TXT record through the zone's DNS \
+                 server, and acme_dns_server is not set",
+            ),
+            (
+                "acme_dns_server = \"192.0.2.53:53\"\nroot = \"/x\"\n".into(),
+                "line 1, setting acme_dns_server: DNS-01 updates are signed with TSIG: add \
+                 acme_dns_tsig_key_file",
+            ),
+            (
+                format!("acme_dns_tsig_key_file = \"{}\"\nroot = \"/x\"\n", key.display()),
+                "line 1, setting acme_dns_tsig_key_file: the key signs updates to a DNS server",
+            ),
+            (
+                format!(
+                    "acme_dns_server = \"ns.a.test\"\nacme_dns_tsig_key_file = \"{}\"\nroot = \"/x\"\n",
+                    key.display()
+                ),
+                "line 1, setting acme_dns_server: \"ns.a.test\" is not IP:PORT or IP",
+            ),
+            (
+                format!(
+                    "acme_dns_server = \"192.0.2.53\"\nacme_dns_tsig_key_file = \"{}\"\nroot = \"/x\"\n",
+                    bad_key.display()
+                ),
+                "line 2, setting acme_dns_tsig_key_file: the TSIG key file",
+            ),
+            (
+                format!(
+                    "acme_dns_server = \"192.0.2.53\"\nacme_dns_tsig_key_file = \"{}\"\nroot = \"/x\"\n",
+                    dir.path().join("missing.key").display()
+                ),
+                "setting acme_dns_tsig_key_file: the TSIG key file",
+            ),
+        ] {
+            let e = from_text(&text).unwrap_err().to_string();
+            assert!(e.contains(want), "{text:?}:\n{e}\nwants {want:?}");
+        }
     }
 
     #[test]

@@ -1,0 +1,1096 @@
+//! ACME DNS-01 (RFC 8555 section 8.4) answered through the zone's own
+//! authoritative server: the TXT record `_acme-challenge.<name>` is added
+//! with an RFC 2136 dynamic update signed with TSIG (RFC 8945), checked to
+//! be served, and deleted again (that exact record) once the CA is done.
+//! This module owns the TSIG key file (bind's `key "NAME" { algorithm …;
+//! secret "…"; };`, as `tsig-keygen` writes it), the few DNS messages that
+//! takes (an SOA query to find the zone, the signed UPDATE, a TXT query)
+//! over TCP, and the guard that removes what was added.
+//!
+//! Written here rather than taken from hickory-proto: its TSIG lives behind
+//! its DNSSEC features and brings a whole DNS stack (IDNA/ICU tables, its
+//! own rand line) into the tree for three small messages; what is needed
+//! is a message builder, a bounds-checked reader, and HMAC (aws-lc-rs,
+//! already the TLS provider). The reader never panics on any input (a unit
+//! test feeds it random bytes).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_lc_rs::hmac;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The settings naming the server (`acme_dns_server`) and the key
+/// (`acme_dns_tsig_key_file`), for the words of an error.
+pub(crate) const SERVER_SETTING: &str = "acme_dns_server";
+pub(crate) const KEY_SETTING: &str = "acme_dns_tsig_key_file";
+
+/// How long one exchange with the DNS server may take (connect, send,
+/// answer).
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The TTL of the challenge record: short, it is deleted within minutes.
+const TXT_TTL: u32 = 60;
+/// The clock skew allowed between us and the server (RFC 8945 suggests
+/// 300 s).
+const FUDGE: u16 = 300;
+
+const TYPE_SOA: u16 = 6;
+const TYPE_TXT: u16 = 16;
+const TYPE_TSIG: u16 = 250;
+const CLASS_IN: u16 = 1;
+const CLASS_NONE: u16 = 254;
+const CLASS_ANY: u16 = 255;
+const OPCODE_QUERY: u16 = 0;
+const OPCODE_UPDATE: u16 = 5;
+
+/// A TSIG HMAC algorithm (RFC 8945 section 6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TsigAlgorithm {
+    HmacSha256,
+    HmacSha512,
+}
+
+impl TsigAlgorithm {
+    /// The algorithm's name as bind writes it and as it goes on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            TsigAlgorithm::HmacSha256 => "hmac-sha256",
+            TsigAlgorithm::HmacSha512 => "hmac-sha512",
+        }
+    }
+
+    fn hmac(self) -> hmac::Algorithm {
+        match self {
+            TsigAlgorithm::HmacSha256 => hmac::HMAC_SHA256,
+            TsigAlgorithm::HmacSha512 => hmac::HMAC_SHA512,
+        }
+    }
+
+    fn from_name(name: &str) -> Option<TsigAlgorithm> {
+        match name.trim_end_matches('.').to_ascii_lowercase().as_str() {
+            "hmac-sha256" => Some(TsigAlgorithm::HmacSha256),
+            "hmac-sha512" => Some(TsigAlgorithm::HmacSha512),
+            _ => None,
+        }
+    }
+}
+
+/// A TSIG key: its name, algorithm and secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TsigKey {
+    /// Lowercase, without the final dot.
+    pub name: String,
+    pub algorithm: TsigAlgorithm,
+    secret: zeroize::Zeroizing<Vec<u8>>,
+}
+
+// By hand: the secret never goes into a log.
+impl std::fmt::Debug for TsigKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TsigKey")
+            .field("name", &self.name)
+            .field("algorithm", &self.algorithm)
+            .field("secret", &"<redacted>")
+            .finish()
+    }
+}
+
+impl TsigKey {
+    /// A key from bind's `key` clause, the format `tsig-keygen NAME`
+    /// writes: `key "NAME" { algorithm hmac-sha256; secret "BASE64"; };`.
+    /// Errs with what is wrong, in words for an operator.
+    pub fn parse(text: &str) -> Result<TsigKey, String> {
+        let tokens = tokens(text)?;
+        let mut it = tokens.iter().map(String::as_str);
+        let want = |got: Option<&str>, what: &str| -> Result<(), String> {
+            match got {
+                Some(g) if g == what => Ok(()),
+                Some(g) => Err(format!("expected {what:?}, found {g:?}")),
+                None => Err(format!("expected {what:?}, found the end of the file")),
+            }
+        };
+        want(it.next(), "key")?;
+        let name = it
+            .next()
+            .filter(|n| !matches!(*n, "{" | "}" | ";"))
+            .ok_or("the key clause has no name")?;
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        encode_name(&name).map_err(|e| format!("the key name {name:?}: {e}"))?;
+        want(it.next(), "{")?;
+        let (mut algorithm, mut secret) = (None, None);
+        loop {
+            match it.next() {
+                Some("}") => break,
+                Some("algorithm") => {
+                    let a = it.next().ok_or("algorithm without a value")?;
+                    algorithm = Some(TsigAlgorithm::from_name(a).ok_or_else(|| {
+                        format!("algorithm {a:?} is not supported: use hmac-sha256 or hmac-sha512")
+                    })?);
+                    want(it.next(), ";")?;
+                }
+                Some("secret") => {
+                    let s = it.next().ok_or("secret without a value")?;
+                    use base64::Engine;
+                    let bytes = base64::engine::general_purpose::STANDARD
+                        .decode(s)
+                        .map_err(|e| format!("the secret is not base64: {e}"))?;
+                    if bytes.is_empty() {
+                        return Err("the secret is empty".into());
+                    }
+                    secret = Some(zeroize::Zeroizing::new(bytes));
+                    want(it.next(), ";")?;
+                }
+                Some(other) => return Err(format!("unexpected {other:?} in the key clause")),
+                None => return Err("the key clause does not end with \"};\"".into()),
+            }
+        }
+        want(it.next(), ";")?;
+        if let Some(more) = it.next() {
+            return Err(format!("{more:?} after the key clause: give one key"));
+        }
+        Ok(TsigKey {
+            name,
+            algorithm: algorithm.ok_or("the key clause has no algorithm")?,
+            secret: secret.ok_or("the key clause has no secret")?,
+        })
+    }
+
+    /// The key in `path` (read as tlsfront reads its other secrets:
+    /// through the parent when there is one).
+    pub fn read(path: &Path) -> Result<TsigKey, DnsError> {
+        let bad = |detail: String| DnsError::KeyFile {
+            path: path.to_path_buf(),
+            detail,
+        };
+        let bytes =
+            zeroize::Zeroizing::new(crate::safe_open::read(path).map_err(|e| bad(e.to_string()))?);
+        let text = std::str::from_utf8(&bytes).map_err(|_| bad("it is not UTF-8 text".into()))?;
+        TsigKey::parse(text).map_err(bad)
+    }
+}
+
+/// bind's config tokens: quoted strings, `{`, `}`, `;` and words; `#`,
+/// `//` and `/* */` comments skipped.
+fn tokens(text: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c.is_whitespace() => {}
+            '#' => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'/') => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                chars.next();
+                let mut last = ' ';
+                loop {
+                    match chars.next() {
+                        Some('/') if last == '*' => break,
+                        Some(c) => last = c,
+                        None => return Err("a comment does not end".into()),
+                    }
+                }
+            }
+            '{' | '}' | ';' => out.push(c.to_string()),
+            '"' => {
+                let mut s = String::new();
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some(c) => s.push(c),
+                        None => return Err("a quoted string does not end".into()),
+                    }
+                }
+                out.push(s);
+            }
+            c => {
+                let mut s = c.to_string();
+                while let Some(&c) = chars.peek() {
+                    if c.is_whitespace() || matches!(c, '{' | '}' | ';' | '"') {
+                        break;
+                    }
+                    s.push(c);
+                    chars.next();
+                }
+                out.push(s);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Where DNS-01 answers go: the primary server taking updates and the
+/// key that signs them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DnsUpdate {
+    /// `acme_dns_server`: updates and queries go here over TCP.
+    pub server: SocketAddr,
+    /// `acme_dns_tsig_key_file`, for the words of an error.
+    pub key_file: PathBuf,
+    pub key: Arc<TsigKey>,
+}
+
+/// What went wrong talking to the DNS server, naming the setting to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum DnsError {
+    #[error("the TSIG key file {} (setting {KEY_SETTING}): {detail}; give bind's key clause as `tsig-keygen -a hmac-sha256 NAME` writes it", path.display())]
+    KeyFile { path: PathBuf, detail: String },
+    #[error("could not {what} through the DNS server {server} (setting {SERVER_SETTING}): {detail}; check that it is the zone's primary and takes DNS over TCP on that port")]
+    Transport {
+        server: SocketAddr,
+        what: String,
+        detail: String,
+    },
+    #[error("the DNS server {server} (setting {SERVER_SETTING}) answered {rcode} to {what}{tsig}")]
+    Refused {
+        server: SocketAddr,
+        what: String,
+        rcode: String,
+        /// What to check about the key, when the answer concerns it.
+        tsig: String,
+    },
+    #[error("the answer of the DNS server {server} (setting {SERVER_SETTING}) to {what} is unusable: {detail}")]
+    BadAnswer {
+        server: SocketAddr,
+        what: String,
+        detail: String,
+    },
+    #[error("the DNS server {server} (setting {SERVER_SETTING}) is not authoritative for {name} (no SOA record in its answer): set it to the primary server of the zone holding {name}")]
+    NoZone { server: SocketAddr, name: String },
+    #[error("{name} cannot be a DNS name: {detail}")]
+    BadName { name: String, detail: String },
+    #[error("the DNS server {server} (setting {SERVER_SETTING}) took the update but does not serve the TXT record {name} afterwards: check that it is the zone's primary and that the update is not redirected elsewhere")]
+    NotServed { server: SocketAddr, name: String },
+}
+
+/// The TXT records this order added, removed by [`Published::remove`], or
+/// (if the order's future is dropped first, as on a timeout) by a task the
+/// drop spawns.
+pub(crate) struct Published {
+    dns: DnsUpdate,
+    /// (zone, owner name, value) of each record added.
+    records: Vec<(String, String, String)>,
+}
+
+impl Published {
+    pub(crate) fn new(dns: DnsUpdate) -> Published {
+        Published {
+            dns,
+            records: Vec::new(),
+        }
+    }
+
+    /// Answer DNS-01 for `name` (`*.example.com` or `example.com`) with
+    /// `value` (the key authorization's digest, base64url): find the zone,
+    /// add the TXT record, and check that it is served.
+    pub(crate) async fn add(&mut self, name: &str, value: &str) -> Result<(), DnsError> {
+        let base = name.strip_prefix("*.").unwrap_or(name);
+        let owner = format!("_acme-challenge.{}", base.trim_end_matches('.')).to_ascii_lowercase();
+        let zone = find_zone(&self.dns, &owner).await?;
+        update(&self.dns, &zone, &owner, value, true).await?;
+        self.records
+            .push((zone.clone(), owner.clone(), value.to_string()));
+        tracing::debug!(record = %owner, %zone, server = %self.dns.server, "DNS-01 TXT record added");
+        if !txt_served(&self.dns, &owner, value).await? {
+            return Err(DnsError::NotServed {
+                server: self.dns.server,
+                name: owner,
+            });
+        }
+        Ok(())
+    }
+
+    /// Delete every record added (each exactly: other TXT records at the
+    /// same name stay). Failures are logged: the CA is done with them
+    /// either way, and a left-over record only names a spent challenge.
+    pub(crate) async fn remove(mut self) {
+        let records = std::mem::take(&mut self.records);
+        remove_all(&self.dns, records).await;
+    }
+}
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        if self.records.is_empty() {
+            return;
+        }
+        let records = std::mem::take(&mut self.records);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let dns = self.dns.clone();
+                runtime.spawn(async move { remove_all(&dns, records).await });
+            }
+            Err(_) => {
+                for (_, owner, _) in records {
+                    tracing::warn!(record = %owner, "DNS-01 TXT record left in place: no runtime to delete it");
+                }
+            }
+        }
+    }
+}
+
+async fn remove_all(dns: &DnsUpdate, records: Vec<(String, String, String)>) {
+    for (zone, owner, value) in records {
+        match update(dns, &zone, &owner, &value, false).await {
+            Ok(()) => tracing::debug!(record = %owner, "DNS-01 TXT record deleted"),
+            Err(e) => tracing::warn!(record = %owner, "DNS-01 TXT record not deleted: {e}"),
+        }
+    }
+}
+
+/// The zone holding `owner`: the owner of the SOA record in the answer
+/// (`owner` is the apex) or in the authority section (any name inside).
+async fn find_zone(dns: &DnsUpdate, owner: &str) -> Result<String, DnsError> {
+    let what = format!("the SOA query for {owner}");
+    let id = random_id();
+    let query = query_message(id, owner, TYPE_SOA)?;
+    let answer = exchange(dns, &query, &what).await?;
+    let message = parse(&answer).map_err(|detail| bad_answer(dns, &what, detail))?;
+    check_id(dns, &message, id, &what)?;
+    // NXDOMAIN is fine: `_acme-challenge` does not exist yet, and the
+    // authority section still names the zone.
+    if !matches!(message.rcode, 0 | 3) {
+        return Err(refused(dns, &what, message.rcode, None));
+    }
+    message
+        .answers
+        .iter()
+        .chain(&message.authority)
+        .find(|rr| rr.rtype == TYPE_SOA && rr.class == CLASS_IN)
+        .map(|rr| rr.name.clone())
+        .ok_or_else(|| DnsError::NoZone {
+            server: dns.server,
+            name: owner.to_string(),
+        })
+}
+
+/// Whether the server answers a TXT query for `owner` with `value`.
+async fn txt_served(dns: &DnsUpdate, owner: &str, value: &str) -> Result<bool, DnsError> {
+    let what = format!("the TXT query for {owner}");
+    let id = random_id();
+    let query = query_message(id, owner, TYPE_TXT)?;
+    let answer = exchange(dns, &query, &what).await?;
+    let message = parse(&answer).map_err(|detail| bad_answer(dns, &what, detail))?;
+    check_id(dns, &message, id, &what)?;
+    Ok(message.answers.iter().any(|rr| {
+        rr.rtype == TYPE_TXT && rr.name == owner && txt_strings(&rr.rdata) == [value.as_bytes()]
+    }))
+}
+
+/// Add (`add`) or delete exactly the record `owner TXT value` in `zone`,
+/// with a signed UPDATE whose signed answer is checked.
+async fn update(
+    dns: &DnsUpdate,
+    zone: &str,
+    owner: &str,
+    value: &str,
+    add: bool,
+) -> Result<(), DnsError> {
+    let what = format!(
+        "the update {} the TXT record {owner} in the zone {zone}",
+        if add { "adding" } else { "deleting" }
+    );
+    let id = random_id();
+    let rdata = txt_rdata(value).map_err(|detail| DnsError::BadName {
+        name: format!("{owner} TXT {value:?}"),
+        detail,
+    })?;
+    let mut m = Message::new(id, OPCODE_UPDATE << 11);
+    // Zone section (one), no prerequisites, one update.
+    m.counts = [1, 0, 1, 0];
+    let bad_name = |name: &str| {
+        let name = name.to_string();
+        move |detail| DnsError::BadName { name, detail }
+    };
+    m.name(zone).map_err(bad_name(zone))?;
+    m.u16(TYPE_SOA);
+    m.u16(CLASS_IN);
+    m.name(owner).map_err(bad_name(owner))?;
+    m.u16(TYPE_TXT);
+    // RFC 2136 section 2.5.1 adds with the zone's class; 2.5.4 deletes one
+    // RR with class NONE and TTL 0.
+    m.u16(if add { CLASS_IN } else { CLASS_NONE });
+    m.u32(if add { TXT_TTL } else { 0 });
+    m.u16(rdata.len() as u16);
+    m.bytes.extend_from_slice(&rdata);
+    let now = unix_now();
+    let (signed, request_mac) = sign(&m.finish(), &dns.key, now, &[]);
+    let answer = exchange(dns, &signed, &what).await?;
+    let message = parse(&answer).map_err(|detail| bad_answer(dns, &what, detail))?;
+    check_id(dns, &message, id, &what)?;
+    let tsig = verify(&answer, &message, &dns.key, &request_mac, unix_now());
+    if message.rcode != 0 {
+        return Err(refused(dns, &what, message.rcode, message.tsig_error()));
+    }
+    tsig.map_err(|detail| DnsError::BadAnswer {
+        server: dns.server,
+        what: what.clone(),
+        detail: format!(
+            "its TSIG signature does not check ({detail}): check that the key in {} (setting \
+             {KEY_SETTING}) is the one the server has",
+            dns.key_file.display()
+        ),
+    })
+}
+
+fn bad_answer(dns: &DnsUpdate, what: &str, detail: String) -> DnsError {
+    DnsError::BadAnswer {
+        server: dns.server,
+        what: what.to_string(),
+        detail,
+    }
+}
+
+fn check_id(dns: &DnsUpdate, message: &Parsed, id: u16, what: &str) -> Result<(), DnsError> {
+    if message.id != id || !message.response {
+        return Err(bad_answer(
+            dns,
+            what,
+            "it is not the answer to the message sent (another ID, or not a response)".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn refused(dns: &DnsUpdate, what: &str, rcode: u16, tsig_error: Option<u16>) -> DnsError {
+    let name = |code: u16| match code {
+        1 => "FORMERR".to_string(),
+        2 => "SERVFAIL".to_string(),
+        3 => "NXDOMAIN".to_string(),
+        4 => "NOTIMP".to_string(),
+        5 => "REFUSED".to_string(),
+        6 => "YXDOMAIN".to_string(),
+        7 => "YXRRSET".to_string(),
+        8 => "NXRRSET".to_string(),
+        9 => "NOTAUTH".to_string(),
+        10 => "NOTZONE".to_string(),
+        16 => "BADSIG".to_string(),
+        17 => "BADKEY".to_string(),
+        18 => "BADTIME".to_string(),
+        22 => "BADTRUNC".to_string(),
+        c => format!("rcode {c}"),
+    };
+    let mut rcode_text = name(rcode);
+    if let Some(e) = tsig_error.filter(|e| *e != 0) {
+        rcode_text = format!("{rcode_text} (TSIG error {})", name(e));
+    }
+    let key = format!(
+        "the TSIG key {:?} in {} (setting {KEY_SETTING})",
+        dns.key.name,
+        dns.key_file.display()
+    );
+    let tsig = match (rcode, tsig_error.unwrap_or(0)) {
+        (_, 16 | 17) | (9, _) => format!(
+            ": check that {key} is the one the server has for the zone (same name, algorithm \
+             and secret)"
+        ),
+        (_, 18) => ": the clocks of this host and the DNS server differ by more than 5 \
+                     minutes: set both right (NTP)"
+            .to_string(),
+        (5, _) => format!(
+            ": check that the zone's update policy (bind: update-policy or allow-update) \
+             grants {key} this name"
+        ),
+        _ => String::new(),
+    };
+    DnsError::Refused {
+        server: dns.server,
+        what: what.to_string(),
+        rcode: rcode_text,
+        tsig,
+    }
+}
+
+fn random_id() -> u16 {
+    let mut id = [0u8; 2];
+    // A failed fill leaves a fixed ID: the answer is still matched by the
+    // connection it comes on.
+    let _ = aws_lc_rs::rand::fill(&mut id);
+    u16::from_be_bytes(id)
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// One message out and its answer back, over a fresh TCP connection (RFC
+/// 7766: two-byte length, then the message).
+async fn exchange(dns: &DnsUpdate, message: &[u8], what: &str) -> Result<Vec<u8>, DnsError> {
+    let fail = |detail: String| DnsError::Transport {
+        server: dns.server,
+        what: what.to_string(),
+        detail,
+    };
+    let work = async {
+        let mut stream = tokio::net::TcpStream::connect(dns.server).await?;
+        let mut out = Vec::with_capacity(message.len() + 2);
+        out.extend_from_slice(&(message.len() as u16).to_be_bytes());
+        out.extend_from_slice(message);
+        stream.write_all(&out).await?;
+        let len = stream.read_u16().await? as usize;
+        let mut answer = vec![0; len];
+        stream.read_exact(&mut answer).await?;
+        Ok::<_, std::io::Error>(answer)
+    };
+    match tokio::time::timeout(EXCHANGE_TIMEOUT, work).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(e)) => Err(fail(e.to_string())),
+        Err(_) => Err(fail(format!(
+            "no answer within {} s",
+            EXCHANGE_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+/// A DNS message being written: the header's counts are set at the end.
+struct Message {
+    bytes: Vec<u8>,
+    /// QD/ZO, AN/PR, NS/UP, AR counts.
+    counts: [u16; 4],
+}
+
+impl Message {
+    fn new(id: u16, flags: u16) -> Message {
+        let mut bytes = Vec::with_capacity(512);
+        bytes.extend_from_slice(&id.to_be_bytes());
+        bytes.extend_from_slice(&flags.to_be_bytes());
+        bytes.extend_from_slice(&[0; 8]);
+        Message {
+            bytes,
+            counts: [0; 4],
+        }
+    }
+
+    fn u16(&mut self, v: u16) {
+        self.bytes.extend_from_slice(&v.to_be_bytes());
+    }
+
+    fn u32(&mut self, v: u32) {
+        self.bytes.extend_from_slice(&v.to_be_bytes());
+    }
+
+    fn name(&mut self, name: &str) -> Result<(), String> {
+        self.bytes.extend_from_slice(&encode_name(name)?);
+        Ok(())
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        for (i, c) in self.counts.iter().enumerate() {
+            self.bytes[4 + 2 * i..6 + 2 * i].copy_from_slice(&c.to_be_bytes());
+        }
+        self.bytes
+    }
+}
+
+/// A query for `name`/`rtype` (class IN), recursion not desired: the
+/// server answers from its own zones.
+fn query_message(id: u16, name: &str, rtype: u16) -> Result<Vec<u8>, DnsError> {
+    let mut m = Message::new(id, OPCODE_QUERY << 11);
+    m.counts[0] = 1;
+    m.name(name).map_err(|detail| DnsError::BadName {
+        name: name.to_string(),
+        detail,
+    })?;
+    m.u16(rtype);
+    m.u16(CLASS_IN);
+    Ok(m.finish())
+}
+
+/// `name` in wire form, lowercased (TSIG's canonical form, and what the
+/// updates use throughout), uncompressed.
+fn encode_name(name: &str) -> Result<Vec<u8>, String> {
+    let name = name.trim_end_matches('.');
+    let mut out = Vec::with_capacity(name.len() + 2);
+    if !name.is_empty() {
+        for label in name.split('.') {
+            if label.is_empty() || label.len() > 63 {
+                return Err("a label is empty or longer than 63 bytes".into());
+            }
+            out.push(label.len() as u8);
+            out.extend(label.bytes().map(|b| b.to_ascii_lowercase()));
+        }
+    }
+    out.push(0);
+    if out.len() > 255 {
+        return Err("the name is longer than 255 bytes".into());
+    }
+    Ok(out)
+}
+
+/// A TXT record's RDATA holding `value` as one string.
+fn txt_rdata(value: &str) -> Result<Vec<u8>, String> {
+    if value.len() > 255 {
+        return Err("the TXT value is longer than 255 bytes".into());
+    }
+    let mut out = vec![value.len() as u8];
+    out.extend_from_slice(value.as_bytes());
+    Ok(out)
+}
+
+/// The strings of a TXT RDATA (an empty list if it is malformed).
+fn txt_strings(rdata: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut rest = rdata;
+    while let Some((&len, tail)) = rest.split_first() {
+        let Some((s, tail)) = tail.split_at_checked(len as usize) else {
+            return Vec::new();
+        };
+        out.push(s);
+        rest = tail;
+    }
+    out
+}
+
+/// The TSIG variables (RFC 8945 section 4.3.3) after the message.
+fn tsig_variables(key: &TsigKey, time: u64, fudge: u16, error: u16, other: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(128);
+    // The key name was checked when the key was read.
+    v.extend_from_slice(&encode_name(&key.name).unwrap_or_else(|_| vec![0]));
+    v.extend_from_slice(&CLASS_ANY.to_be_bytes());
+    v.extend_from_slice(&0u32.to_be_bytes());
+    v.extend_from_slice(&encode_name(key.algorithm.name()).unwrap_or_else(|_| vec![0]));
+    v.extend_from_slice(&time.to_be_bytes()[2..]);
+    v.extend_from_slice(&fudge.to_be_bytes());
+    v.extend_from_slice(&error.to_be_bytes());
+    v.extend_from_slice(&(other.len() as u16).to_be_bytes());
+    v.extend_from_slice(other);
+    v
+}
+
+/// `message` with a TSIG record appended (RFC 8945 section 4.2), and the
+/// MAC (the answer's MAC covers it). `prefix` goes into the MAC before the
+/// message: nothing for a request, the request's MAC (length first) for
+/// an answer.
+fn sign(message: &[u8], key: &TsigKey, now: u64, prefix: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let hkey = hmac::Key::new(key.algorithm.hmac(), &key.secret);
+    let mut ctx = hmac::Context::with_key(&hkey);
+    ctx.update(prefix);
+    ctx.update(message);
+    ctx.update(&tsig_variables(key, now, FUDGE, 0, &[]));
+    let mac = ctx.sign().as_ref().to_vec();
+    let mut out = message.to_vec();
+    // One more additional record.
+    let ar = u16::from_be_bytes([out[10], out[11]]).wrapping_add(1);
+    out[10..12].copy_from_slice(&ar.to_be_bytes());
+    out.extend_from_slice(&encode_name(&key.name).unwrap_or_else(|_| vec![0]));
+    out.extend_from_slice(&TYPE_TSIG.to_be_bytes());
+    out.extend_from_slice(&CLASS_ANY.to_be_bytes());
+    out.extend_from_slice(&0u32.to_be_bytes());
+    let mut rdata = encode_name(key.algorithm.name()).unwrap_or_else(|_| vec![0]);
+    rdata.extend_from_slice(&now.to_be_bytes()[2..]);
+    rdata.extend_from_slice(&FUDGE.to_be_bytes());
+    rdata.extend_from_slice(&(mac.len() as u16).to_be_bytes());
+    rdata.extend_from_slice(&mac);
+    rdata.extend_from_slice(&message[0..2]); // original ID
+    rdata.extend_from_slice(&0u16.to_be_bytes()); // error
+    rdata.extend_from_slice(&0u16.to_be_bytes()); // other len
+    out.extend_from_slice(&(rdata.len() as u16).to_be_bytes());
+    out.extend_from_slice(&rdata);
+    (out, mac)
+}
+
+/// Check the TSIG record that ends the answer `raw` (RFC 8945 section
+/// 5.3): signed with `key`, its MAC over the request's MAC, the answer
+/// without the record (its original ID and one additional record less)
+/// and the TSIG variables, and its time within the fudge.
+fn verify(
+    raw: &[u8],
+    message: &Parsed,
+    key: &TsigKey,
+    request_mac: &[u8],
+    now: u64,
+) -> Result<(), String> {
+    let Some(tsig) = &message.tsig else {
+        return Err("the answer is not signed".into());
+    };
+    if tsig.key_name != key.name {
+        return Err(format!("signed with the key {:?}", tsig.key_name));
+    }
+    if TsigAlgorithm::from_name(&tsig.algorithm) != Some(key.algorithm) {
+        return Err(format!("signed with the algorithm {:?}", tsig.algorithm));
+    }
+    if tsig.error != 0 {
+        return Err(format!("TSIG error {}", tsig.error));
+    }
+    let Some(unsigned) = raw.get(..tsig.offset) else {
+        return Err("the TSIG record's place is out of the message".into());
+    };
+    let mut unsigned = unsigned.to_vec();
+    if unsigned.len() < 12 {
+        return Err("the message is shorter than its header".into());
+    }
+    unsigned[0..2].copy_from_slice(&tsig.original_id.to_be_bytes());
+    let ar = u16::from_be_bytes([unsigned[10], unsigned[11]]).wrapping_sub(1);
+    unsigned[10..12].copy_from_slice(&ar.to_be_bytes());
+    let hkey = hmac::Key::new(key.algorithm.hmac(), &key.secret);
+    let mut signed = Vec::with_capacity(unsigned.len() + request_mac.len() + 128);
+    signed.extend_from_slice(&(request_mac.len() as u16).to_be_bytes());
+    signed.extend_from_slice(request_mac);
+    signed.extend_from_slice(&unsigned);
+    signed.extend_from_slice(&tsig_variables(
+        key,
+        tsig.time,
+        tsig.fudge,
+        tsig.error,
+        &tsig.other,
+    ));
+    hmac::verify(&hkey, &signed, &tsig.mac).map_err(|_| "the MAC is wrong".to_string())?;
+    if now.abs_diff(tsig.time) > u64::from(tsig.fudge) {
+        return Err("its time is outside the fudge: check both clocks (NTP)".into());
+    }
+    Ok(())
+}
+
+/// The parts of a DNS message this module reads.
+#[derive(Debug, Default)]
+struct Parsed {
+    id: u16,
+    response: bool,
+    rcode: u16,
+    answers: Vec<Record>,
+    authority: Vec<Record>,
+    tsig: Option<Tsig>,
+}
+
+impl Parsed {
+    fn tsig_error(&self) -> Option<u16> {
+        self.tsig.as_ref().map(|t| t.error)
+    }
+}
+
+#[derive(Debug)]
+struct Record {
+    /// Lowercase, without the final dot.
+    name: String,
+    rtype: u16,
+    class: u16,
+    rdata: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct Tsig {
+    /// Where the TSIG record starts in the message.
+    offset: usize,
+    key_name: String,
+    algorithm: String,
+    time: u64,
+    fudge: u16,
+    mac: Vec<u8>,
+    original_id: u16,
+    error: u16,
+    other: Vec<u8>,
+}
+
+/// Read a DNS message: every bound checked, compression pointers followed
+/// only backwards (so no loop), never a panic.
+fn parse(raw: &[u8]) -> Result<Parsed, String> {
+    let mut r = Reader { raw, at: 0 };
+    let id = r.u16()?;
+    let flags = r.u16()?;
+    let counts = [r.u16()?, r.u16()?, r.u16()?, r.u16()?];
+    let mut parsed = Parsed {
+        id,
+        response: flags & 0x8000 != 0,
+        rcode: flags & 0x000f,
+        ..Parsed::default()
+    };
+    for _ in 0..counts[0] {
+        r.name()?;
+        r.u16()?;
+        r.u16()?;
+    }
+    for section in 1..4 {
+        for i in 0..counts[section] {
+            let offset = r.at;
+            let name = r.name()?;
+            let rtype = r.u16()?;
+            let class = r.u16()?;
+            r.u32()?;
+            let len = r.u16()? as usize;
+            let rdata_at = r.at;
+            let rdata = r.take(len)?;
+            if rtype == TYPE_TSIG {
+                // TSIG must be the very last record (RFC 8945 section 5.2).
+                if section != 3 || i + 1 != counts[3] {
+                    return Err("a TSIG record that is not the last one".into());
+                }
+                let mut t = Reader { raw, at: rdata_at };
+                let algorithm = t.name()?;
+                let time = t.take(6)?.iter().fold(0u64, |a, b| a << 8 | u64::from(*b));
+                let fudge = t.u16()?;
+                let mac_len = t.u16()? as usize;
+                let mac = t.take(mac_len)?.to_vec();
+                let original_id = t.u16()?;
+                let error = t.u16()?;
+                let other_len = t.u16()? as usize;
+                let other = t.take(other_len)?.to_vec();
+                if t.at != rdata_at + len {
+                    return Err("the TSIG record's length does not match its content".into());
+                }
+                parsed.tsig = Some(Tsig {
+                    offset,
+                    key_name: name,
+                    algorithm,
+                    time,
+                    fudge,
+                    mac,
+                    original_id,
+                    error,
+                    other,
+                });
+                continue;
+            }
+            let record = Record {
+                name,
+                rtype,
+                class,
+                rdata: rdata.to_vec(),
+            };
+            match section {
+                1 => parsed.answers.push(record),
+                2 => parsed.authority.push(record),
+                _ => {}
+            }
+        }
+    }
+    if r.at != raw.len() {
+        return Err("bytes after the last record".into());
+    }
+    Ok(parsed)
+}
+
+struct Reader<'a> {
+    raw: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self.at.checked_add(n).ok_or("a length overflows")?;
+        let bytes = self
+            .raw
+            .get(self.at..end)
+            .ok_or("the message ends inside a record")?;
+        self.at = end;
+        Ok(bytes)
+    }
+
+    fn u16(&mut self) -> Result<u16, String> {
+        let b = self.take(2)?;
+        Ok(u16::from_be_bytes([b[0], b[1]]))
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        let b = self.take(4)?;
+        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    /// A name, lowercased, dot-separated, without the final dot; the
+    /// reader moves past its bytes here (not past what a pointer leads
+    /// to).
+    fn name(&mut self) -> Result<String, String> {
+        let mut labels: Vec<String> = Vec::new();
+        let mut pos = self.at;
+        let mut jumped = false;
+        let mut total = 0usize;
+        loop {
+            let len = *self.raw.get(pos).ok_or("the message ends inside a name")?;
+            match len & 0xc0 {
+                0x00 => {
+                    if len == 0 {
+                        if !jumped {
+                            self.at = pos + 1;
+                        }
+                        break;
+                    }
+                    let start = pos + 1;
+                    let label = self
+                        .raw
+                        .get(start..start + len as usize)
+                        .ok_or("the message ends inside a name")?;
+                    total += label.len() + 1;
+                    if total > 255 {
+                        return Err("a name longer than 255 bytes".into());
+                    }
+                    labels.push(
+                        String::from_utf8_lossy(label)
+                            .to_ascii_lowercase()
+                            .replace('.', "\\."),
+                    );
+                    pos = start + len as usize;
+                }
+                0xc0 => {
+                    let low = *self
+                        .raw
+                        .get(pos + 1)
+                        .ok_or("the message ends inside a name")?;
+                    let target = usize::from(len & 0x3f) << 8 | usize::from(low);
+                    // Only backwards: each jump goes strictly earlier, so
+                    // the walk ends.
+                    if target >= pos {
+                        return Err("a name pointer that does not point backwards".into());
+                    }
+                    if !jumped {
+                        self.at = pos + 2;
+                        jumped = true;
+                    }
+                    pos = target;
+                }
+                _ => return Err("a name with a reserved label type".into()),
+            }
+        }
+        Ok(labels.join("."))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(secret: &[u8]) -> TsigKey {
+        TsigKey {
+            name: "k.test".into(),
+            algorithm: TsigAlgorithm::HmacSha256,
+            secret: zeroize::Zeroizing::new(secret.to_vec()),
+        }
+    }
+
+    #[test]
+    fn reads_tsig_keygen_output() {
+        let text = "key \"acme-key.\" {\n\talgorithm hmac-sha512;\n\tsecret \"c2VjcmV0\";\n};\n";
+        let k = TsigKey::parse(text).unwrap();
+        assert_eq!(k.name, "acme-key");
+        assert_eq!(k.algorithm, TsigAlgorithm::HmacSha512);
+        assert_eq!(&**k.secret, b"secret");
+        assert!(!format!("{k:?}").contains("c2VjcmV0"));
+        for (bad, says) in [
+            ("", "found the end"),
+            (
+                "key \"k\" { algorithm hmac-md5; secret \"c2VjcmV0\"; };",
+                "not supported",
+            ),
+            (
+                "key \"k\" { algorithm hmac-sha256; secret \"!!\"; };",
+                "not base64",
+            ),
+            ("key \"k\" { algorithm hmac-sha256; };", "no secret"),
+            ("key \"k\" { secret \"c2VjcmV0\"; };", "no algorithm"),
+            ("key \"k\" { secret \"c2VjcmV0\";", "does not end"),
+            (
+                "key \"k\" { algorithm hmac-sha256; secret \"c2VjcmV0",
+                "quoted string",
+            ),
+        ] {
+            let e = TsigKey::parse(bad).unwrap_err();
+            assert!(e.contains(says), "{bad:?}: {e}");
+        }
+    }
+
+    /// An answer as a server signs it, checked as `update` checks it; a
+    /// changed byte or another secret fails.
+    #[test]
+    fn signed_answers_verify_and_tampered_ones_do_not() {
+        let k = key(b"0123456789abcdef");
+        let mut request = Message::new(7, OPCODE_UPDATE << 11);
+        request.counts = [1, 0, 0, 0];
+        request.name("acme.test").unwrap();
+        request.u16(TYPE_SOA);
+        request.u16(CLASS_IN);
+        let (signed, request_mac) = sign(&request.finish(), &k, 1000, &[]);
+        let parsed = parse(&signed).unwrap();
+        let t = parsed.tsig.as_ref().unwrap();
+        assert_eq!(
+            (t.key_name.as_str(), t.time, t.original_id),
+            ("k.test", 1000, 7)
+        );
+        assert_eq!(t.mac, request_mac);
+
+        // The server's answer: header with QR set, signed over the
+        // request's MAC.
+        let mut answer = Message::new(7, 0x8000 | OPCODE_UPDATE << 11);
+        answer.counts = [1, 0, 0, 0];
+        answer.name("acme.test").unwrap();
+        answer.u16(TYPE_SOA);
+        answer.u16(CLASS_IN);
+        let unsigned = answer.finish();
+        let mut prefix = (request_mac.len() as u16).to_be_bytes().to_vec();
+        prefix.extend_from_slice(&request_mac);
+        let (full, _) = sign(&unsigned, &k, 1001, &prefix);
+        let parsed = parse(&full).unwrap();
+        assert!(parsed.response);
+        verify(&full, &parsed, &k, &request_mac, 1001).unwrap();
+        // Another secret.
+        let e = verify(&full, &parsed, &key(b"other"), &request_mac, 1001).unwrap_err();
+        assert!(e.contains("MAC"), "{e}");
+        // Too late.
+        let e = verify(&full, &parsed, &k, &request_mac, 1001 + 301).unwrap_err();
+        assert!(e.contains("fudge"), "{e}");
+        // A flipped byte in the signed part.
+        let mut tampered = full.clone();
+        tampered[3] ^= 1;
+        let parsed = parse(&tampered).unwrap();
+        assert!(verify(&tampered, &parsed, &k, &request_mac, 1001).is_err());
+    }
+
+    #[test]
+    fn names_follow_backward_pointers_only() {
+        // Header, then "a.test" at 12, then a pointer to it at 20.
+        let mut m = vec![0, 1, 0x80, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+        m.extend_from_slice(&[1, b'A', 4, b't', b'e', b's', b't', 0]);
+        m.extend_from_slice(&[0xc0, 12]);
+        let mut r = Reader { raw: &m, at: 12 };
+        assert_eq!(r.name().unwrap(), "a.test");
+        assert_eq!(r.name().unwrap(), "a.test");
+        assert_eq!(r.at, m.len());
+        // A pointer to itself.
+        let looped = [0xc0u8, 0];
+        assert!(Reader {
+            raw: &looped,
+            at: 0
+        }
+        .name()
+        .is_err());
+    }
+
+    #[test]
+    fn txt_rdata_round_trips() {
+        let value = "a".repeat(43);
+        let rdata = txt_rdata(&value).unwrap();
+        assert_eq!(txt_strings(&rdata), [value.as_bytes()]);
+        assert!(txt_strings(&[5, b'a']).is_empty());
+    }
+
+    /// Whatever the bytes, parsing returns (and so does reading a key).
+    #[test]
+    fn random_input_never_panics() {
+        let mut seed = [0u8; 4096];
+        for round in 0..2000 {
+            aws_lc_rs::rand::fill(&mut seed).unwrap();
+            let len = usize::from(seed[0]) * 16 % seed.len();
+            let bytes = &seed[..len];
+            let _ = parse(bytes);
+            // Valid-looking headers with random bodies reach the records.
+            let mut framed = vec![0, 1, 0x80, 0, 0, (round % 3) as u8, 0, 2, 0, 1, 0, 1];
+            framed.extend_from_slice(bytes);
+            let _ = parse(&framed);
+            let _ = TsigKey::parse(&String::from_utf8_lossy(bytes));
+            let _ = txt_strings(bytes);
+        }
+    }
+}
