@@ -425,13 +425,22 @@ async fn a_bad_tsig_secret_fails_naming_the_setting() {
 /// wildcard, TLS-ALPN-01 on tlsfront's own listener for the apex; the
 /// certificate is served for a name under the wildcard (curl verifies it
 /// against pebble's root). `config check` refuses the same site without
-/// the DNS settings, naming the setting.
+/// the DNS settings, naming the setting. Started as root, it runs as
+/// `user = "nobody"`, and the key file (0600, root's) reaches the server
+/// process through the parent, as the other secrets do.
 #[test]
 fn tlsfront_gets_a_wildcard_certificate_with_dns01() {
+    use std::os::unix::fs::PermissionsExt;
     let bind = start_bind();
     let port = free_port();
     let pebble = start_pebble(bind.port, port);
     let dir = tempfile::tempdir().unwrap();
+    let root_user = rustix::process::geteuid().is_root();
+    let user = if root_user { "user = \"nobody\"\n" } else { "" };
+    if root_user {
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&bind.key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     let www = dir.path().join("www");
     std::fs::create_dir_all(&www).unwrap();
     std::fs::write(www.join("id.txt"), "wildcard site\n").unwrap();
@@ -440,13 +449,14 @@ fn tlsfront_gets_a_wildcard_certificate_with_dns01() {
         www.display().to_string()
     );
     let head = format!(
-        "acme_directory = {:?}\nacme_ca_roots = {:?}\nstate_dir = {:?}\n",
+        "{user}acme_directory = {:?}\nacme_ca_roots = {:?}\nstate_dir = {:?}\n",
         pebble.directory,
         pebble.https_ca.display().to_string(),
         dir.path().join("state").display().to_string()
     );
     let config = dir.path().join("tlsfront.toml");
     std::fs::write(&config, format!("{head}{site}")).unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
     let (ok, said) = common::config_check(&config);
     assert!(!ok, "{said}");
     assert!(
@@ -490,6 +500,20 @@ fn tlsfront_gets_a_wildcard_certificate_with_dns01() {
             String::from_utf8_lossy(&got.stderr)
         );
     }
+    // A reload reads the key file again, in the server process that runs
+    // as nobody now: through the parent.
+    server.reload();
+    let reloaded = wait_until(WAIT, "the reload's outcome", || {
+        let (out, log) = (server.output(), server.log());
+        if out.contains("reloaded ") {
+            Ok(true)
+        } else if log.contains("reload failed") {
+            Ok(false)
+        } else {
+            Err(out)
+        }
+    });
+    assert!(reloaded, "{}", server.log());
     let log = bind.log();
     assert_eq!(
         log.lines()
