@@ -474,6 +474,11 @@ fn tlsfront_gets_a_wildcard_certificate_with_dns01() {
     std::fs::write(&config, format!("{head}{dns}{site}")).unwrap();
     let (ok, said) = common::config_check(&config);
     assert!(ok, "{said}");
+    let words = format!(
+        "DNS-01 through 127.0.0.1:{} with the TSIG key \"acme-key\" for the wildcard names",
+        bind.port
+    );
+    assert!(said.contains(&words), "{said}");
 
     let listen = format!("127.0.0.1:{port}");
     let server = common::Server::run(&config, &["--listen", &listen]);

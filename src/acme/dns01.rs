@@ -1076,6 +1076,44 @@ mod tests {
         assert!(txt_strings(&[5, b'a']).is_empty());
     }
 
+    /// An answer as bind sends one for an SOA query (a compressed SOA in
+    /// the authority section) and signed: it reads back, and every prefix
+    /// of it and every one-byte change is read or refused, never a panic.
+    #[test]
+    fn every_cut_and_flip_of_an_answer_is_read_or_refused() {
+        let k = key(b"0123456789abcdef");
+        let mut m = Message::new(9, 0x8000 | 3);
+        m.counts = [1, 0, 1, 0];
+        m.name("_acme-challenge.a.test").unwrap();
+        m.u16(TYPE_SOA);
+        m.u16(CLASS_IN);
+        // "a.test" by a pointer into the question (offset 12 + 16).
+        m.bytes.extend_from_slice(&[0xc0, 28]);
+        m.u16(TYPE_SOA);
+        m.u16(CLASS_IN);
+        m.u32(60);
+        let rdata = [&[0xc0u8, 28][..], &[0xc0, 28], &[0; 20]].concat();
+        m.u16(rdata.len() as u16);
+        m.bytes.extend_from_slice(&rdata);
+        let (answer, _) = sign(&m.finish(), &k, 5, &[]);
+        let parsed = parse(&answer).unwrap();
+        assert_eq!(parsed.rcode, 3);
+        assert_eq!(parsed.authority[0].name, "a.test");
+        assert!(parsed.tsig.is_some());
+        for cut in 0..answer.len() {
+            assert!(parse(&answer[..cut]).is_err(), "cut at {cut}");
+        }
+        for at in 0..answer.len() {
+            for bit in 0..8 {
+                let mut flipped = answer.clone();
+                flipped[at] ^= 1 << bit;
+                if let Ok(p) = parse(&flipped) {
+                    let _ = verify(&flipped, &p, &k, &[], 5);
+                }
+            }
+        }
+    }
+
     /// Whatever the bytes, parsing returns (and so does reading a key).
     #[test]
     fn random_input_never_panics() {

@@ -238,6 +238,27 @@ fn describe_files(
     }
 }
 
+/// How the CA validates an `acme = true` site's names, in words.
+fn challenge_words(site: &Site, acme: &crate::acme::AcmeSettings) -> String {
+    use crate::acme::ChallengeKind;
+    let dns = acme.dns.as_ref().map(|d| {
+        format!(
+            "DNS-01 through {} with the TSIG key {:?}",
+            d.server, d.key.name
+        )
+    });
+    let wildcard = site.names.iter().any(|n| n.starts_with("*."));
+    match (site.acme_challenge, dns) {
+        (ChallengeKind::Dns01, Some(dns)) => dns,
+        (ChallengeKind::Http01, _) => "HTTP-01 on http_listen".into(),
+        (ChallengeKind::Auto, Some(dns)) if wildcard => {
+            format!("{dns} for the wildcard names, TLS-ALPN-01 on this listener (or HTTP-01) for the others")
+        }
+        (ChallengeKind::TlsAlpn01, _) => "TLS-ALPN-01 on this listener".into(),
+        _ => "TLS-ALPN-01 on this listener (or HTTP-01 on http_listen)".into(),
+    }
+}
+
 fn describe_site(
     site: &Site,
     acme: &crate::acme::AcmeSettings,
@@ -335,9 +356,9 @@ fn describe_site(
         };
         let _ = writeln!(
             out,
-            "  certificate: from ACME ({}, TLS-ALPN-01 on this listener; account and \
-             certificates in {}): {stored}",
+            "  certificate: from ACME ({}, {}; account and certificates in {}): {stored}",
             acme.directory,
+            challenge_words(site, acme),
             acme.state_dir.display()
         );
     } else if site.certs.is_empty() {
