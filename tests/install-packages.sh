@@ -32,7 +32,7 @@ if ((${#apt_missing[@]})); then
     apt-get install -y -qq --no-install-recommends "${apt_missing[@]}"
   }
   # Debian starts packaged services: the tests run their own instances.
-  for svc in nginx haproxy; do
+  for svc in nginx haproxy named; do
     systemctl stop "$svc" >/dev/null 2>&1 || true
   done
 fi
