@@ -238,6 +238,7 @@ impl Pebble {
             state_dir: state_dir.to_path_buf(),
             extra_roots: Some(self.https_ca.clone()),
             dns: None,
+            profile: None,
         }
     }
 
@@ -549,6 +550,7 @@ async fn unreachable_directory_is_named() {
         state_dir: state.path().to_path_buf(),
         extra_roots: None,
         dns: None,
+        profile: None,
     };
     let err = acme::obtain(
         &settings,

@@ -275,6 +275,7 @@ impl Pebble {
             state_dir: state_dir.to_path_buf(),
             extra_roots: Some(self.https_ca.clone()),
             dns,
+            profile: None,
         }
     }
 

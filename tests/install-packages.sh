@@ -2,14 +2,16 @@
 # tests/install-packages.sh — installs what tests/packages.txt lists and this
 # machine lacks: Debian packages with apt-get (apt-get update first only if
 # the install fails on stale lists), Python packages with pip, cargo
-# subcommands with `cargo install --locked`. Idempotent:
-# with everything present it only asks dpkg and exits.
+# subcommands with `cargo install --locked`, and Debian trixie packages this
+# bookworm machine has too old (unpacked under target/, not installed) with
+# tests/install-trixie-packages.sh. Idempotent: with everything present it
+# only asks dpkg and exits.
 # Usage: tests/install-packages.sh
 set -euo pipefail
 list=$(dirname "$0")/packages.txt
 
-apt_missing=() pip_missing=() cargo_missing=()
-while read -r manager package _; do
+apt_missing=() pip_missing=() cargo_missing=() trixie=()
+while read -r manager package programs; do
   case $manager in
     ''|'#'*) continue ;;
     apt)
@@ -19,7 +21,10 @@ while read -r manager package _; do
       python3 -m pip show -q "${package%%[=<>]*}" >/dev/null 2>&1 || pip_missing+=("$package") ;;
     cargo)
       command -v "${package%%@*}" >/dev/null 2>&1 || cargo_missing+=("$package") ;;
-    *) echo "$list: unknown package manager '$manager' (apt, pip or cargo)" >&2; exit 2 ;;
+    trixie)
+      # shellcheck disable=SC2206 # the programs are words without blanks
+      trixie+=("$package" $programs --) ;;
+    *) echo "$list: unknown package manager '$manager' (apt, pip, cargo or trixie)" >&2; exit 2 ;;
   esac
 done <"$list"
 
@@ -43,4 +48,7 @@ fi
 if ((${#cargo_missing[@]})); then
   echo "installing (cargo install): ${cargo_missing[*]}"
   cargo install --locked --quiet "${cargo_missing[@]}"
+fi
+if ((${#trixie[@]})); then
+  "$(dirname "$0")/install-trixie-packages.sh" "${trixie[@]}"
 fi

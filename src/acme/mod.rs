@@ -3,6 +3,8 @@
 //! revocation. The protocol itself is instant-acme's; this module owns the
 //! policy around it: where things live in `state_dir`, which challenge is
 //! answered and how, and what an operator is told when something fails.
+//! When to renew, from the CA's renewal information (RFC 9773) when it has
+//! some, is `ari`'s.
 //!
 //! It runs on any tokio runtime, the workers' current-thread ones included:
 //! the HTTP client (`client`) spawns its connection tasks onto the runtime
@@ -19,10 +21,12 @@
 //!   that the two still belong together, so a crash between the renames
 //!   reads as "nothing stored" and is repaired by the next issuance.
 
+mod ari;
 mod challenge;
 mod client;
 pub mod dns01;
 
+pub use ari::{cert_id, AriError, Due, Renewals, ASK_AGAIN_MAX, ASK_AGAIN_MIN};
 pub use challenge::{is_challenge_hello, ChallengeKind, Challenges, ACME_TLS_ALPN, HTTP01_PREFIX};
 
 use std::collections::BTreeSet;
@@ -57,6 +61,9 @@ pub struct AcmeSettings {
     /// Where DNS-01 answers go (`acme_dns_server` and its TSIG key); `None`:
     /// DNS-01 is not answered.
     pub dns: Option<dns01::DnsUpdate>,
+    /// The certificate profile to order (`acme_profile`), which the CA's
+    /// directory must list; `None`: the CA's default.
+    pub profile: Option<String>,
 }
 
 impl AcmeSettings {
@@ -68,6 +75,7 @@ impl AcmeSettings {
             state_dir: state_dir.into(),
             extra_roots: None,
             dns: None,
+            profile: None,
         }
     }
 }
@@ -133,6 +141,13 @@ pub enum AcmeError {
         name: String,
         offered: String,
         wanted: &'static str,
+    },
+    #[error("acme_profile = {profile:?}: the ACME CA at {url} {offered}; set acme_profile to one of its profiles, or remove it for the CA's default")]
+    Profile {
+        profile: String,
+        url: String,
+        /// "offers the profiles …", or "lists no profiles in its directory".
+        offered: String,
     },
     #[error("the ACME CA could not validate {name} with TLS-ALPN-01: {detail}; check that {name} resolves to this server, that its port 443 reaches this listener, and that nothing in front of it terminates TLS")]
     Challenge { name: String, detail: String },
@@ -324,21 +339,7 @@ async fn obtain_names<H: instant_acme::HttpClient + Clone>(
     };
 
     let (account, created) = account(settings, true, http.clone()).await?;
-    let mut order = match retry_bad_nonce!(account.new_order(&NewOrder::new(&identifiers))) {
-        // The CA forgot the stored account (a test CA restarted, or it was
-        // deactivated elsewhere): register anew, once.
-        Err(instant_acme::Error::Api(p)) if !created && is_problem(&p, "accountDoesNotExist") => {
-            tracing::warn!(directory = %settings.directory, "the ACME CA no longer knows the stored account: registering a new one");
-            let account = register(settings, http).await?;
-            retry_bad_nonce!(account.new_order(&NewOrder::new(&identifiers)))
-        }
-        other => other,
-    }
-    .map_err(|e| {
-        bad_nonce_or(e, settings, &format!("ordering a certificate for {listed}"), |e| {
-            order_error(describe(&e))
-        })
-    })?;
+    let mut order = place_order(settings, account, created, http, &identifiers, names).await?;
 
     // The authorizations first, each fetched once; the loop below then
     // reads them from the order without asking the CA again.
@@ -560,12 +561,128 @@ fn wanted(kind: ChallengeKind, can: Can, wildcard: bool) -> &'static str {
     }
 }
 
+/// The order for `identifiers` (`names`) on `account` (`created`: just
+/// registered): with `settings.profile` if set, which the CA's directory
+/// must list (no silent fallback to its default), and, when `names` have a
+/// stored certificate, `replaces` naming it (RFC 9773 section 5). Should
+/// the CA refuse the replacement (already replaced, or it does not know
+/// the certificate), the order is placed once more without it; should it
+/// no longer know the stored account, a new one is registered, once.
+async fn place_order<H: instant_acme::HttpClient + Clone>(
+    settings: &AcmeSettings,
+    mut account: Account,
+    mut created: bool,
+    http: H,
+    identifiers: &[Identifier],
+    names: &[String],
+) -> Result<instant_acme::Order, AcmeError> {
+    let listed = names.join(", ");
+    let order_error = |detail: String| AcmeError::Order {
+        url: settings.directory.clone(),
+        names: listed.clone(),
+        detail,
+    };
+    if let Some(profile) = &settings.profile {
+        let mut offered: Vec<&str> = account.profiles().map(|p| p.name).collect();
+        offered.sort_unstable();
+        if !offered.contains(&profile.as_str()) {
+            return Err(AcmeError::Profile {
+                profile: profile.clone(),
+                url: settings.directory.clone(),
+                offered: if offered.is_empty() {
+                    "lists no profiles in its directory".into()
+                } else {
+                    format!("offers the profiles {}", offered.join(", "))
+                },
+            });
+        }
+    }
+    let mut replaces = ari::replaced(settings, names);
+    // Each way round the loop clears `replaces` or sets `created`: at most
+    // three orders.
+    loop {
+        let mut new_order = NewOrder::new(identifiers);
+        if let Some(profile) = &settings.profile {
+            new_order = new_order.profile(profile);
+        }
+        if let Some(id) = &replaces {
+            new_order = new_order.replaces(id.clone());
+        }
+        match retry_bad_nonce!(account.new_order(&new_order)) {
+            Ok(mut order) => {
+                if let (Some(want), Some(got)) = (&settings.profile, &order.state().profile) {
+                    if want != got {
+                        return Err(order_error(format!(
+                            "it made the order with the profile {got:?}, not acme_profile = \
+                             {want:?}"
+                        )));
+                    }
+                }
+                if let Some(id) = &replaces {
+                    tracing::info!("ACME: the order for {listed} replaces certificate {id}");
+                }
+                return Ok(order);
+            }
+            // The CA forgot the stored account (a test CA restarted, or it
+            // was deactivated elsewhere): register anew, once.
+            Err(instant_acme::Error::Api(p))
+                if !created && is_problem(&p, "accountDoesNotExist") =>
+            {
+                tracing::warn!(directory = %settings.directory, "the ACME CA no longer knows the stored account: registering a new one");
+                account = register(settings, http.clone()).await?;
+                created = true;
+            }
+            Err(e) if replaces.is_some() && refuses_replaces(&e) => {
+                let id = replaces.take().map(|id| id.to_string()).unwrap_or_default();
+                match e {
+                    // Known before asking: the directory has no renewalInfo.
+                    instant_acme::Error::Unsupported(_) => tracing::debug!(
+                        "ACME: the CA has no ARI; the order for {listed} replaces nothing"
+                    ),
+                    e => tracing::warn!(
+                        "ACME: the CA refused the order for {listed} as the replacement of \
+                         certificate {id} ({}); ordering once more without `replaces`",
+                        describe(&e)
+                    ),
+                }
+            }
+            Err(e) => {
+                return Err(bad_nonce_or(
+                    e,
+                    settings,
+                    &format!("ordering a certificate for {listed}"),
+                    |e| order_error(describe(&e)),
+                ))
+            }
+        }
+    }
+}
+
 /// A failed validation, in the words of the challenge tried.
 fn challenge_error(ty: &ChallengeType, name: String, detail: String) -> AcmeError {
     match ty {
         ChallengeType::Http01 => AcmeError::HttpChallenge { name, detail },
         ChallengeType::Dns01 => AcmeError::DnsChallenge { name, detail },
         _ => AcmeError::Challenge { name, detail },
+    }
+}
+
+/// Whether `error`, the answer to an order carrying `replaces`, may be
+/// about the replacement (RFC 9773's alreadyReplaced, or what a CA says
+/// instead: pebble a 409 "malformed", a CA that does not know the
+/// certificate something else), so that the order without it may pass.
+/// Not a refused nonce, a rate limit, or a forgotten account: each of
+/// those has its own way and would refuse the second order too.
+fn refuses_replaces(error: &instant_acme::Error) -> bool {
+    match error {
+        instant_acme::Error::Unsupported(_) => true,
+        instant_acme::Error::Api(p) => !["badNonce", "rateLimited", "accountDoesNotExist"]
+            .iter()
+            .any(|t| is_problem(p, t)),
+        // instant-acme's own check: the CA made the order without
+        // reflecting `replaces` (RFC 9773 says it must).
+        instant_acme::Error::Other(e) => e.to_string().contains("replaces"),
+        _ => false,
     }
 }
 
@@ -1178,6 +1295,14 @@ mod tests {
         /// The nonces newNonce handed out.
         fetched: Vec<String>,
         handed_out: usize,
+        /// The directory's extra fields (JSON members, with a leading
+        /// comma): "renewalInfo", "meta" and its "profiles".
+        directory_extra: &'static str,
+        /// Orders carrying `replaces` are refused (409, as pebble does for
+        /// a certificate already replaced).
+        refuse_replaces: bool,
+        /// The payload of each newOrder request.
+        orders: Vec<serde_json::Value>,
     }
 
     impl NonceCa {
@@ -1188,23 +1313,30 @@ mod tests {
                 ..NonceCaLog::default()
             })))
         }
+
+        /// A CA rejecting no nonce, whose directory has `directory_extra`.
+        fn with_directory(directory_extra: &'static str, refuse_replaces: bool) -> NonceCa {
+            NonceCa(std::sync::Arc::new(std::sync::Mutex::new(NonceCaLog {
+                directory_extra,
+                refuse_replaces,
+                ..NonceCaLog::default()
+            })))
+        }
     }
 
-    /// The `nonce` of a JWS's protected header (base64url without padding).
-    fn jws_nonce(body: &[u8]) -> String {
-        let jws: serde_json::Value = serde_json::from_slice(body).unwrap();
-        let protected = jws["protected"].as_str().unwrap();
+    /// base64url without padding, decoded.
+    fn b64url(text: &str) -> Vec<u8> {
         let mut bits = 0u32;
         let mut nbits = 0;
         let mut bytes = Vec::new();
-        for c in protected.bytes() {
+        for c in text.bytes() {
             let v = match c {
                 b'A'..=b'Z' => c - b'A',
                 b'a'..=b'z' => c - b'a' + 26,
                 b'0'..=b'9' => c - b'0' + 52,
                 b'-' => 62,
                 b'_' => 63,
-                _ => panic!("not base64url: {protected}"),
+                _ => panic!("not base64url: {text}"),
             };
             bits = (bits << 6) | u32::from(v);
             nbits += 6;
@@ -1214,8 +1346,22 @@ mod tests {
                 bits &= (1 << nbits) - 1;
             }
         }
-        let header: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        bytes
+    }
+
+    /// The `nonce` of a JWS's protected header (base64url without padding).
+    fn jws_nonce(body: &[u8]) -> String {
+        let jws: serde_json::Value = serde_json::from_slice(body).unwrap();
+        let header: serde_json::Value =
+            serde_json::from_slice(&b64url(jws["protected"].as_str().unwrap())).unwrap();
         header["nonce"].as_str().unwrap().to_string()
+    }
+
+    /// A JWS's payload (JSON; `null` for a POST-as-GET).
+    fn jws_payload(body: &[u8]) -> serde_json::Value {
+        let jws: serde_json::Value = serde_json::from_slice(body).unwrap();
+        let payload = b64url(jws["payload"].as_str().unwrap());
+        serde_json::from_slice(&payload).unwrap_or(serde_json::Value::Null)
     }
 
     impl instant_acme::HttpClient for NonceCa {
@@ -1238,11 +1384,17 @@ mod tests {
                 log.handed_out += 1;
                 let fresh = format!("nonce-{}", log.handed_out);
                 let answer = http::Response::builder().header("Replay-Nonce", &fresh);
+                // Answers made here (the directory, an order reflecting
+                // its `replaces`) live in this.
+                let made: String;
                 let (answer, text) = match (parts.method.as_str(), parts.uri.path()) {
-                    ("GET", "/dir") => (
-                        answer.status(200),
-                        r#"{"newNonce":"https://ca.test/nonce","newAccount":"https://ca.test/account","newOrder":"https://ca.test/order"}"#,
-                    ),
+                    ("GET", "/dir") => {
+                        made = format!(
+                            r#"{{"newNonce":"https://ca.test/nonce","newAccount":"https://ca.test/account","newOrder":"https://ca.test/order"{}}}"#,
+                            log.directory_extra
+                        );
+                        (answer.status(200), made.as_str())
+                    }
                     ("HEAD", "/nonce") => {
                         log.fetched.push(fresh);
                         (answer.status(200), "")
@@ -1265,12 +1417,33 @@ mod tests {
                                     .header("Location", "https://ca.test/account/1"),
                                 r#"{"status":"valid"}"#,
                             ),
-                            "/order" => (
-                                answer
-                                    .status(201)
-                                    .header("Location", "https://ca.test/order/1"),
-                                r#"{"status":"pending","identifiers":[{"type":"dns","value":"a.example.com"}],"authorizations":["https://ca.test/authz/1"],"finalize":"https://ca.test/finalize/1"}"#,
-                            ),
+                            "/order" => {
+                                let order = jws_payload(&body);
+                                let replaces = order.get("replaces").cloned();
+                                log.orders.push(order);
+                                match replaces {
+                                    Some(_) if log.refuse_replaces => (
+                                        answer
+                                            .status(409)
+                                            .header("Content-Type", "application/problem+json"),
+                                        r#"{"type":"urn:ietf:params:acme:error:malformed","detail":"cannot indicate an order replaces certificate with serial 1234, which already has a replacement order","status":409}"#,
+                                    ),
+                                    _ => {
+                                        made = format!(
+                                            r#"{{"status":"pending","identifiers":[{{"type":"dns","value":"a.example.com"}}],"authorizations":["https://ca.test/authz/1"],"finalize":"https://ca.test/finalize/1"{}}}"#,
+                                            replaces
+                                                .map(|r| format!(r#","replaces":{r}"#))
+                                                .unwrap_or_default()
+                                        );
+                                        (
+                                            answer
+                                                .status(201)
+                                                .header("Location", "https://ca.test/order/1"),
+                                            made.as_str(),
+                                        )
+                                    }
+                                }
+                            }
                             "/authz/1" => (
                                 answer.status(200),
                                 r#"{"status":"pending","identifier":{"type":"dns","value":"a.example.com"},"challenges":[{"type":"tls-alpn-01","url":"https://ca.test/chall/1","token":"tok","status":"pending"}]}"#,
@@ -1281,7 +1454,9 @@ mod tests {
                     _ => (answer.status(404), ""),
                 };
                 let answer = answer
-                    .body(http_body_util::Full::new(bytes::Bytes::from(text)))
+                    .body(http_body_util::Full::new(bytes::Bytes::from(
+                        text.to_string(),
+                    )))
                     .unwrap();
                 Ok(instant_acme::BytesResponse::from(answer))
             })
@@ -1377,6 +1552,143 @@ mod tests {
             assert_eq!(pair[1].0, pair[0].1, "request {}", i + 1);
         }
         assert!(challenges.names().is_empty());
+    }
+
+    /// `acme_profile` against the CA's directory: a profile it does not
+    /// list, or a directory listing none, fails before any order, naming
+    /// the setting, the profile and what the CA offers; one it lists is
+    /// asked for in the order.
+    #[tokio::test]
+    async fn the_profile_must_be_one_the_directory_lists() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = vec!["a.example.com".to_string()];
+        let settings = |profile: &str| AcmeSettings {
+            directory: "https://ca.test/dir".into(),
+            profile: Some(profile.into()),
+            ..AcmeSettings::new(dir.path())
+        };
+        let listing = r#","meta":{"profiles":{"shortlived":"Six days","classic":"Ninety days"}}"#;
+        for (extra, want) in [
+            (listing, "offers the profiles classic, shortlived"),
+            ("", "lists no profiles in its directory"),
+        ] {
+            let ca = NonceCa::with_directory(extra, false);
+            let err = obtain_names(
+                &settings("tlsserver"),
+                &names,
+                &Challenges::default(),
+                ChallengeKind::Auto,
+                ca.clone(),
+            )
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("issued with a profile the CA does not list"));
+            let text = err.to_string();
+            assert!(matches!(err, AcmeError::Profile { .. }), "{err:?}");
+            assert!(
+                text.starts_with(&format!(
+                    "acme_profile = \"tlsserver\": the ACME CA at https://ca.test/dir {want}; set \
+                     acme_profile to one of its profiles, or remove it"
+                )),
+                "{text}"
+            );
+            assert!(
+                ca.0.lock().unwrap().orders.is_empty(),
+                "an order was placed"
+            );
+        }
+
+        let ca = NonceCa::with_directory(listing, false);
+        // The fake CA has no challenge to validate: only the order counts.
+        let _ = obtain_names(
+            &settings("shortlived"),
+            &names,
+            &Challenges::default(),
+            ChallengeKind::Auto,
+            ca.clone(),
+        )
+        .await;
+        let orders = &ca.0.lock().unwrap().orders;
+        assert_eq!(orders.len(), 1);
+        assert_eq!(orders[0]["profile"], "shortlived", "{}", orders[0]);
+        assert_eq!(orders[0].get("replaces"), None, "{}", orders[0]);
+    }
+
+    /// A certificate for `names` signed by a CA of the test (with an
+    /// authority key identifier), stored as `obtain` stores one; its ARI
+    /// identifier.
+    fn store_issued_with_aki(settings: &AcmeSettings, names: &[String]) -> String {
+        use rcgen::{BasicConstraints, CertifiedIssuer, IsCa};
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+        let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut leaf = CertificateParams::new(names.to_vec()).unwrap();
+        leaf.use_authority_key_identifier_extension = true;
+        let leaf = leaf.signed_by(&key, &ca).unwrap();
+        let chain = format!("{}{}", leaf.pem(), ca.pem());
+        let issued = check_issued(chain, key.serialize_pem(), names).unwrap();
+        store(settings, names, &issued).unwrap();
+        cert_id(&issued.chain_pem).unwrap().to_string()
+    }
+
+    /// A renewal's order names the stored certificate in `replaces` when
+    /// the CA has ARI (not when it has none: instant-acme would refuse the
+    /// order); a CA refusing the replacement gets the order once more
+    /// without it.
+    #[tokio::test]
+    async fn a_renewal_order_replaces_the_stored_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = vec!["a.example.com".to_string()];
+        let settings = AcmeSettings {
+            directory: "https://ca.test/dir".into(),
+            ..AcmeSettings::new(dir.path())
+        };
+        let id = store_issued_with_aki(&settings, &names);
+        let ari = r#","renewalInfo":"https://ca.test/renewal-info""#;
+
+        let ca = NonceCa::with_directory(ari, false);
+        let _ = obtain_names(
+            &settings,
+            &names,
+            &Challenges::default(),
+            ChallengeKind::Auto,
+            ca.clone(),
+        )
+        .await;
+        let orders = ca.0.lock().unwrap().orders.clone();
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        assert_eq!(orders[0]["replaces"], id.as_str(), "{}", orders[0]);
+        assert_eq!(orders[0].get("profile"), None, "{}", orders[0]);
+
+        // Refused as a replacement: once more, without `replaces`.
+        let ca = NonceCa::with_directory(ari, true);
+        let _ = obtain_names(
+            &settings,
+            &names,
+            &Challenges::default(),
+            ChallengeKind::Auto,
+            ca.clone(),
+        )
+        .await;
+        let orders = ca.0.lock().unwrap().orders.clone();
+        assert_eq!(orders.len(), 2, "{orders:?}");
+        assert_eq!(orders[0]["replaces"], id.as_str(), "{}", orders[0]);
+        assert_eq!(orders[1].get("replaces"), None, "{}", orders[1]);
+
+        // No ARI at the CA: one order, replacing nothing.
+        let ca = NonceCa::with_directory("", false);
+        let _ = obtain_names(
+            &settings,
+            &names,
+            &Challenges::default(),
+            ChallengeKind::Auto,
+            ca.clone(),
+        )
+        .await;
+        let orders = ca.0.lock().unwrap().orders.clone();
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        assert_eq!(orders[0].get("replaces"), None, "{}", orders[0]);
     }
 
     #[test]

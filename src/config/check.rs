@@ -84,6 +84,19 @@ fn describe(s: &Settings, now: SystemTime, out: &mut String) -> usize {
             }
         );
     }
+    if let Some(profile) = s
+        .acme
+        .profile
+        .as_deref()
+        .filter(|_| s.sites.iter().any(|x| x.acme))
+    {
+        // Whether the CA lists it needs the CA: checked at each order.
+        let _ = writeln!(
+            out,
+            "ACME profile: {profile:?} (acme_profile; the CA's directory must list it, which \
+             each order checks)"
+        );
+    }
     let mut errors = 0;
     if let Some(p) = &s.pid_file {
         // As `run` writes it (the main process: this user, or root as the

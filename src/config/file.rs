@@ -252,6 +252,9 @@ pub struct FileConfig {
     /// DNS-01: the TSIG key those updates are signed with, bind's key
     /// clause as `tsig-keygen` writes it.
     pub acme_dns_tsig_key_file: Option<PathBuf>,
+    /// The certificate profile to order from the ACME CA (one its
+    /// directory lists; default: none, the CA's default).
+    pub acme_profile: Option<String>,
     pub limits: Limits,
     pub timeouts: Timeouts,
     /// Response headers every site with a root starts from (and the one

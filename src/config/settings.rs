@@ -474,6 +474,10 @@ pub fn resolve(
             });
         }
     }
+    let acme_profile = match file.acme_profile.clone() {
+        Some(p) => Some(check_acme_profile(&o("acme_profile"), p)?),
+        None => None,
+    };
     let unknown_names = file.unknown_names.unwrap_or_default();
     if unknown_names == UnknownNames::Reject && sites.iter().any(|s| s.names.is_empty()) {
         return Err(ConfigError::Invalid {
@@ -512,6 +516,7 @@ pub fn resolve(
             },
             extra_roots: file.acme_ca_roots.clone(),
             dns: acme_dns,
+            profile: acme_profile,
         },
         limits: file.limits,
         timeouts: file.timeouts,
@@ -635,6 +640,26 @@ fn files_only_key(s: &SiteFile, default_headers: bool) -> Option<&'static str> {
 /// Whether two addresses would take the same port: the same fixed port
 /// on the same address, or on the wildcard address of either's family
 /// (port 0 is a fresh port each time, so it never collides).
+/// `acme_profile`: what can be checked without the CA (whether it lists
+/// the profile is checked at each order, against its directory): a name,
+/// printable ASCII without blanks, as the directories of CAs write them
+/// ("classic", "shortlived", ...).
+fn check_acme_profile(origin: &str, profile: String) -> Result<String, ConfigError> {
+    const MAX: usize = 255;
+    if profile.is_empty() || profile.len() > MAX || !profile.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ConfigError::Invalid {
+            origin: origin.to_string(),
+            message: format!(
+                "{profile:?} is not a profile name: give one the ACME CA's directory lists \
+                 (e.g. \"classic\" or \"shortlived\" at Let's Encrypt), printable ASCII \
+                 without blanks, 1 to {MAX} characters; or leave acme_profile out for the CA's \
+                 default"
+            ),
+        });
+    }
+    Ok(profile)
+}
+
 fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
     a.port() != 0
         && a.port() == b.port()
@@ -1403,6 +1428,25 @@ mod tests {
         ] {
             let e = from_text(text).unwrap_err().to_string();
             assert!(e.contains(want), "{text}\n=> {e}\nwanted: {want}");
+        }
+    }
+
+    #[test]
+    fn acme_profile_is_a_name_or_unset() {
+        let site = "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nacme = true\n";
+        let s = from_text(site).unwrap();
+        assert_eq!(s.acme.profile, None);
+        let s = from_text(&format!("acme_profile = \"shortlived\"\n{site}")).unwrap();
+        assert_eq!(s.acme.profile.as_deref(), Some("shortlived"));
+        for bad in ["", "short lived", "tls\\u0000server", "é"] {
+            let text = format!("acme_profile = \"{bad}\"\n{site}");
+            let e = from_text(&text).unwrap_err().to_string();
+            assert!(
+                e.contains("config file /etc/t.toml, line 1, setting acme_profile: ")
+                    && e.contains("is not a profile name")
+                    && e.contains("leave acme_profile out"),
+                "{text}\n=> {e}"
+            );
         }
     }
 

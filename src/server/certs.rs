@@ -1,6 +1,7 @@
 //! Certificates from ACME for the sites with `acme = true`: a task on the
 //! main thread's runtime that obtains each one the sites lack, renews each
-//! two thirds into its lifetime, retries failures with backoff, and swaps
+//! when `acme::Renewals` says (in the CA's suggested window, else two
+//! thirds into its lifetime), retries failures with backoff, and swaps
 //! rebuilt sites in once a certificate is stored. The CA's TLS-ALPN-01
 //! validation arrives on the sites' own listeners (see `worker`), HTTP-01
 //! on the plain-HTTP ones (see `plain`).
@@ -22,15 +23,23 @@ const LOOK_AGAIN: Duration = Duration::from_secs(3600);
 /// How long after a failed rebuild the task tries again.
 const REBUILD_RETRY: Duration = Duration::from_secs(60);
 
-/// When `cert` is due for (re)issuance: at once for a placeholder, else
-/// two thirds into its lifetime.
-fn due(cert: AcmeCert) -> SystemTime {
+/// When `cert` (for `names`) is due for (re)issuance: at once for a
+/// placeholder, else when `renewals` says (and when to ask the CA again).
+async fn due(
+    renewals: &mut crate::acme::Renewals,
+    acme: &crate::acme::AcmeSettings,
+    names: &[String],
+    cert: AcmeCert,
+) -> crate::acme::Due {
     match cert {
-        AcmeCert::Placeholder => SystemTime::UNIX_EPOCH,
+        AcmeCert::Placeholder => crate::acme::Due {
+            at: SystemTime::UNIX_EPOCH,
+            ask_again: None,
+        },
         AcmeCert::Issued {
             not_before,
             not_after,
-        } => crate::acme::renew_at(not_before, not_after),
+        } => renewals.due(acme, names, not_before, not_after).await,
     }
 }
 
@@ -43,13 +52,18 @@ struct Backoff {
 /// Run for the life of the process.
 pub(super) async fn manage(front: Arc<Front>) {
     let mut backoff: HashMap<Vec<String>, Backoff> = HashMap::new();
+    let mut renewals = crate::acme::Renewals::default();
     loop {
         let sites = front.sites.load_full();
         let now = SystemTime::now();
         let mut wake = now + LOOK_AGAIN;
         let mut issued = false;
         for (site, cert) in sites.acme_sites() {
-            let mut at = due(cert);
+            let due = due(&mut renewals, &sites.settings.acme, &site.names, cert).await;
+            if let Some(t) = due.ask_again {
+                wake = wake.min(t);
+            }
+            let mut at = due.at;
             if let Some(b) = backoff.get(&site.names) {
                 at = at.max(b.next);
             }
@@ -130,8 +144,9 @@ pub(super) async fn manage(front: Arc<Front>) {
         drop(sites);
         tokio::select! {
             _ = tokio::time::sleep(sleep) => {}
-            // A reload may have added sites.
-            _ = front.sites_changed.notified() => {}
+            // A reload may have added sites; it also has the CA asked
+            // again about every certificate's renewal.
+            _ = front.sites_changed.notified() => renewals.ask_again(),
         }
     }
 }
