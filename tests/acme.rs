@@ -157,6 +157,32 @@ fn start_pebble_issuing_for(tls_port: u16, validity: Option<Duration>) -> Pebble
 /// 0..100 is below it, so 100 refuses every one; the answer carries a fresh
 /// nonce all the same).
 fn start_pebble_with(tls_port: u16, validity: Option<Duration>, nonce_reject: u8) -> Pebble {
+    start_pebble_program("pebble", tls_port, validity, nonce_reject)
+}
+
+/// Debian trixie's pebble (2.6), which has ACME Renewal Information (RFC
+/// 9773) and `replaces`; bookworm's (2.4) has neither. Unpacked, not
+/// installed, by tests/install-packages.sh (a path from the repository,
+/// the directory tests run in).
+const PEBBLE_ARI: &str = "target/trixie-packages/root/usr/bin/pebble";
+
+/// Pebble 2.6 ([`PEBBLE_ARI`]), as [`start_pebble`].
+fn start_pebble_ari(tls_port: u16) -> Pebble {
+    assert!(
+        Path::new(PEBBLE_ARI).is_file(),
+        "{PEBBLE_ARI} is missing: tests/install-packages.sh fetches Debian trixie's pebble \
+         (2.6, with ACME Renewal Information) there"
+    );
+    start_pebble_program(PEBBLE_ARI, tls_port, None, 0)
+}
+
+/// `program` (bookworm's pebble, or [`PEBBLE_ARI`]) as [`start_pebble_with`].
+fn start_pebble_program(
+    program: &str,
+    tls_port: u16,
+    validity: Option<Duration>,
+    nonce_reject: u8,
+) -> Pebble {
     let dir = tempfile::tempdir().unwrap();
     let (ca, cert, key) = https_certificate();
     let https_ca = dir.path().join("https-ca.pem");
@@ -197,7 +223,7 @@ fn start_pebble_with(tls_port: u16, validity: Option<Duration>, nonce_reject: u8
     let config_path = dir.path().join("pebble-config.json");
     std::fs::write(&config_path, config.to_string()).unwrap();
     let log = dir.path().join("pebble.log");
-    let mut pebble = tool("pebble")
+    let mut pebble = tool(program)
         .arg("-config")
         .arg(&config_path)
         .args(["-dnsserver", &format!("127.0.0.1:{dns_port}")])
@@ -274,6 +300,57 @@ impl Pebble {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Pebble's log so far.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("pebble.log")).unwrap_or_default()
+    }
+
+    /// GET `url` from the ACME server (curl, bounded): the headers, the body.
+    fn acme_get(&self, url: &str) -> (String, String) {
+        let out = tool("curl")
+            .args(["-sS", "--fail", "--max-time", "10", "-i", "--cacert"])
+            .arg(&self.https_ca)
+            .arg(url)
+            .output()
+            .expect("run curl");
+        assert!(
+            out.status.success(),
+            "GET {url}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        (head.to_string(), body.to_string())
+    }
+
+    /// What the CA's renewalInfo says about `cert_id` (asked here, with
+    /// curl): the suggested window as Unix seconds, and Retry-After.
+    fn renewal_info(&self, cert_id: &str) -> ((i64, i64), String) {
+        let (_, directory) = self.acme_get(&self.directory);
+        let directory: serde_json::Value = serde_json::from_str(&directory).unwrap();
+        let base = directory["renewalInfo"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no renewalInfo in pebble's directory: {directory}"));
+        let (head, body) = self.acme_get(&format!("{base}/{cert_id}"));
+        let info: instant_acme::RenewalInfo = serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("pebble's renewalInfo {body:?}: {e}"));
+        let retry_after = head
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("retry-after")
+                    .then(|| value.trim().to_string())
+            })
+            .unwrap_or_else(|| panic!("no Retry-After in {head}"));
+        (
+            (
+                info.suggested_window.start.unix_timestamp(),
+                info.suggested_window.end.unix_timestamp(),
+            ),
+            retry_after,
+        )
     }
 
     /// Pebble's word on a certificate: "Valid" or "Revoked".
@@ -657,6 +734,15 @@ fn tlsfront_gets_renews_and_adds_certificates_by_acme() {
     let (body, err) = get("a.tlsfront.test");
     assert_eq!(body, "acme site\n", "{err}");
     let first = common::served_fingerprint(port, "a.tlsfront.test");
+    // Pebble 2.4 offers no renewal information: two thirds, said once
+    // per certificate with the reason.
+    let fallback = "ACME: renewing a.tlsfront.test two thirds into its lifetime, at ";
+    let log = server.wait_for_log(fallback);
+    let line = log.lines().find(|l| l.contains(fallback)).unwrap();
+    assert!(
+        line.contains("the CA's directory has no renewalInfo (it does not offer ACME Renewal Information, RFC 9773)"),
+        "{line}"
+    );
 
     // Renewal when due: a new certificate, served without a restart.
     let out = server.wait_for_output("certificate issued by", 2);
@@ -673,6 +759,15 @@ fn tlsfront_gets_renews_and_adds_certificates_by_acme() {
     });
     let (body, err) = get("a.tlsfront.test");
     assert_eq!(body, "acme site\n", "{err}");
+    // Once per certificate, not at each look (the log first: what it
+    // says can only lag what stdout says).
+    let said = server.log().matches(fallback).count();
+    let issued = server.output().matches("certificate issued by").count();
+    assert!(
+        said <= issued,
+        "{said} fallback lines for {issued} certificates:\n{}",
+        server.log()
+    );
 
     // A site added by reload gets its certificate.
     std::fs::write(
@@ -998,6 +1093,252 @@ fn tlsfront_keeps_its_placeholder_when_the_ca_rejects_every_nonce() {
             .count(),
         1
     );
+    let (status, report) = server.stop();
+    assert!(status.success(), "{report}");
+}
+
+/// The ARI identifier of the leaf of `chain_pem` (RFC 9773 section 4.1),
+/// made here from the certificate: its authority key identifier and the
+/// DER content of its serial.
+fn ari_id(chain_pem: &str) -> String {
+    use rustls::pki_types::pem::PemObject;
+    let leaf = rustls::pki_types::CertificateDer::pem_slice_iter(chain_pem.as_bytes())
+        .next()
+        .unwrap()
+        .unwrap();
+    let (_, cert) = x509_parser::parse_x509_certificate(&leaf).unwrap();
+    let aki = cert
+        .iter_extensions()
+        .find_map(|e| match e.parsed_extension() {
+            x509_parser::extensions::ParsedExtension::AuthorityKeyIdentifier(a) => {
+                a.key_identifier.as_ref().map(|k| k.0.to_vec())
+            }
+            _ => None,
+        })
+        .expect("pebble's certificate has an authority key identifier");
+    instant_acme::CertificateIdentifier::new(
+        rustls::pki_types::Der::from_slice(&aki),
+        rustls::pki_types::Der::from_slice(cert.tbs_certificate.raw_serial()),
+    )
+    .to_string()
+}
+
+/// One "ACME renewal information" line of tlsfront's log.
+#[derive(Debug)]
+struct AriLine {
+    start: SystemTime,
+    end: SystemTime,
+    /// None: "renewing now".
+    at: Option<SystemTime>,
+    ask_again_secs: u64,
+}
+
+/// The "ACME renewal information for NAME (certificate ID): ..." lines of
+/// `log`, in order.
+fn ari_lines(log: &str, name: &str, id: &str) -> Vec<AriLine> {
+    let head = format!(
+        "ACME renewal information for {name} (certificate {id}): the CA suggests renewing between "
+    );
+    log.lines()
+        .filter_map(|l| Some(l.split_once(&head)?.1))
+        .map(|rest| {
+            let (start, rest2) = rest.split_once(" and ").unwrap_or_else(|| bad_line(rest));
+            let (end, rest2) = rest2.split_once("; ").unwrap_or_else(|| bad_line(rest));
+            let (when, rest2) = rest2
+                .split_once("; asking again in ")
+                .unwrap_or_else(|| bad_line(rest));
+            let date = |d: &str| httpdate::parse_http_date(d).unwrap_or_else(|_| bad_line(rest));
+            AriLine {
+                start: date(start),
+                end: date(end),
+                at: match when {
+                    "renewing now" => None,
+                    w => Some(date(
+                        w.strip_prefix("renewing at ")
+                            .unwrap_or_else(|| bad_line(rest)),
+                    )),
+                },
+                ask_again_secs: rest2
+                    .strip_suffix(" s")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| bad_line(rest)),
+            }
+        })
+        .collect()
+}
+
+fn bad_line<T>(line: &str) -> T {
+    panic!("unexpected renewal information line: {line}")
+}
+
+fn unix(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+/// `tlsfront run` on pebble 2.6, which offers ACME Renewal Information
+/// (RFC 9773). The issued certificate's renewal is scheduled at a time
+/// inside the window pebble's renewalInfo suggests (asked with curl here
+/// too), and the CA is asked again after its Retry-After. Revoked, the
+/// certificate gets a window in the past from pebble; a reload (which asks
+/// again) has it renewed at once, by an order that replaces it, as
+/// pebble's log says. Put back in place, the replaced certificate is
+/// renewed again: pebble refuses a second replacement of it, and the order
+/// goes through once more without `replaces`.
+#[test]
+fn tlsfront_renews_in_the_cas_ari_window_and_replaces_the_old_certificate() {
+    let port = free_tcp_port();
+    let pebble = start_pebble_ari(port);
+    let dir = tempfile::tempdir().unwrap();
+    let name = "r.tlsfront.test";
+    let config = acme_site_config(dir.path(), &pebble, name);
+    let listen = format!("127.0.0.1:{port}");
+    let server = common::Server::run(&config, &["--listen", &listen]);
+    server.wait_for_output("certificate issued by", 1);
+    let cert_dir = dir.path().join("state/acme/certs").join(name);
+    let first_chain = std::fs::read_to_string(cert_dir.join("fullchain.pem")).unwrap();
+    let first_key = std::fs::read_to_string(cert_dir.join("key.pem")).unwrap();
+    let first_id = ari_id(&first_chain);
+
+    // Scheduled inside pebble's window (two thirds into the five years it
+    // issues for, give or take a day), not by tlsfront's own rule.
+    let log = server.wait_for_log(&format!("(certificate {first_id}): the CA suggests"));
+    let lines = ari_lines(&log, name, &first_id);
+    eprintln!("{lines:?}");
+    let ((start, end), retry_after) = pebble.renewal_info(&first_id);
+    let line = &lines[0];
+    assert_eq!((unix(line.start), unix(line.end)), (start, end), "{log}");
+    let at = line
+        .at
+        .unwrap_or_else(|| panic!("renewing now, with a window ahead: {log}"));
+    assert!(
+        start <= unix(at) && unix(at) <= end && at > SystemTime::now(),
+        "{at:?} outside {start}..={end}"
+    );
+    let retry_after: u64 = retry_after.parse().unwrap();
+    let clamped = retry_after.clamp(acme::ASK_AGAIN_MIN.as_secs(), acme::ASK_AGAIN_MAX.as_secs());
+    assert!(
+        (clamped - 1..=clamped).contains(&line.ask_again_secs),
+        "Retry-After {retry_after}, asking again in {} s",
+        line.ask_again_secs
+    );
+    assert!(!log.contains("two thirds into its lifetime"), "{log}");
+
+    // Revoked: pebble's window for it moves into the past. A reload asks
+    // again, and the certificate is renewed at once, replacing it.
+    let serial_hex = {
+        use rustls::pki_types::pem::PemObject;
+        let leaf = rustls::pki_types::CertificateDer::pem_slice_iter(first_chain.as_bytes())
+            .next()
+            .unwrap()
+            .unwrap();
+        let (_, cert) = x509_parser::parse_x509_certificate(&leaf).unwrap();
+        cert.tbs_certificate.serial.to_str_radix(16)
+    };
+    let settings = AcmeSettings {
+        state_dir: dir.path().join("state/acme"),
+        ..pebble.settings(dir.path())
+    };
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(acme::revoke(&settings, &first_chain))
+        .unwrap_or_else(|e| panic!("revoke: {e}"));
+    assert_eq!(pebble.cert_status(&serial_hex), "Revoked");
+    let ((start, end), _) = pebble.renewal_info(&first_id);
+    let now = unix(SystemTime::now());
+    assert!(
+        end <= now,
+        "pebble's window for a revoked certificate: {start}..{end}"
+    );
+    let first_served = common::served_fingerprint(port, name);
+    server.reload();
+    let log = server.wait_for_log_count(&format!("(certificate {first_id}): the CA suggests"), 2);
+    // (Pebble's window for a revoked certificate is an hour before each
+    // question: the one tlsfront got is not the one asked above.)
+    let lines = ari_lines(&log, name, &first_id);
+    assert!(
+        lines[1].start < lines[1].end && lines[1].end <= SystemTime::now(),
+        "{:?}",
+        lines[1]
+    );
+    assert!(
+        lines[1].at.is_none(),
+        "a past window is not renewing now: {log}"
+    );
+    let out = server.wait_for_output("certificate issued by", 2);
+    assert!(
+        out.matches(&format!("for {name}, valid until")).count() >= 2,
+        "{out}"
+    );
+    // Pebble takes `replaces` only for a serial it can look up: its own
+    // table has it without the 00 that DER puts before a serial whose top
+    // bit is set (1 serial in about 256 of pebble's), so it refuses such
+    // a replacement, and the order goes through without it.
+    let pebble_knows_it = !{
+        use rustls::pki_types::pem::PemObject;
+        let leaf = rustls::pki_types::CertificateDer::pem_slice_iter(first_chain.as_bytes())
+            .next()
+            .unwrap()
+            .unwrap();
+        let (_, cert) = x509_parser::parse_x509_certificate(&leaf).unwrap();
+        cert.tbs_certificate.raw_serial().first() == Some(&0)
+    };
+    let log = server.log();
+    let refused = format!(
+        "ACME: the CA refused the order for {name} as the replacement of certificate {first_id}"
+    );
+    if pebble_knows_it {
+        assert!(
+            log.contains(&format!(
+                "ACME: the order for {name} replaces certificate {first_id}"
+            )),
+            "{log}"
+        );
+        assert!(!log.contains(&refused), "{log}");
+        let said = pebble.log();
+        assert!(
+            said.contains("is a replacement of") && said.contains("marked as replaced"),
+            "pebble's log does not show a replacement:\n{said}"
+        );
+    } else {
+        eprintln!("the first serial has a leading 00: pebble refuses to look it up");
+        assert!(log.contains(&refused), "{log}");
+    }
+    common::wait_until(common::WAIT, "the renewed certificate to be served", || {
+        match common::served_fingerprint(port, name) {
+            fp if fp == first_served => Err(format!("still {fp}")),
+            _ => Ok(()),
+        }
+    });
+
+    // The replaced certificate put back: due at once again (revoked), but
+    // pebble refuses a second replacement of it (409, "malformed"), and the
+    // order is placed once more without `replaces`.
+    let second_chain = std::fs::read_to_string(cert_dir.join("fullchain.pem")).unwrap();
+    assert_ne!(ari_id(&second_chain), first_id);
+    std::fs::write(cert_dir.join("key.pem"), &first_key).unwrap();
+    std::fs::write(cert_dir.join("fullchain.pem"), &first_chain).unwrap();
+    server.reload();
+    let out = server.wait_for_output("certificate issued by", 3);
+    assert!(
+        out.matches(&format!("for {name}, valid until")).count() >= 3,
+        "{out}"
+    );
+    let log = server.wait_for_log(&refused);
+    let line = log.lines().rfind(|l| l.contains(&refused)).unwrap();
+    eprintln!("the line: {line}");
+    assert!(
+        line.contains("ordering once more without `replaces`"),
+        "{line}"
+    );
+    if pebble_knows_it {
+        assert!(line.contains("already has a replacement order"), "{line}");
+        assert_eq!(log.matches(&refused).count(), 1, "{log}");
+    }
+    let third_chain = std::fs::read_to_string(cert_dir.join("fullchain.pem")).unwrap();
+    assert_ne!(third_chain, first_chain);
+    assert_ne!(third_chain, second_chain);
     let (status, report) = server.stop();
     assert!(status.success(), "{report}");
 }
