@@ -7,8 +7,11 @@
 //!
 //! Pebble's HTTPS (ACME and management) uses a certificate from a CA this
 //! test makes (Debian ships no test certificate); `extra_roots` trusts it.
-//! The last test runs tlsfront itself with `acme = true` sites: issuance,
-//! renewal and a site added by reload, on tlsfront's own listener.
+//! The `tlsfront_*` tests run tlsfront itself with `acme = true` sites:
+//! issuance, renewal and a site added by reload, on tlsfront's own
+//! listener. Bookworm's pebble (2.4) has no ACME Renewal Information
+//! (RFC 9773); the test of renewals in the CA's window runs trixie's (2.6,
+//! [`PEBBLE_ARI`]), which has. Neither lists certificate profiles.
 
 mod common;
 
@@ -1339,6 +1342,59 @@ fn tlsfront_renews_in_the_cas_ari_window_and_replaces_the_old_certificate() {
     let third_chain = std::fs::read_to_string(cert_dir.join("fullchain.pem")).unwrap();
     assert_ne!(third_chain, first_chain);
     assert_ne!(third_chain, second_chain);
+    let (status, report) = server.stop();
+    assert!(status.success(), "{report}");
+}
+
+/// `acme_profile` with a CA whose directory lists no profiles (pebble 2.4,
+/// like 2.6, has none): `config check` shows the profile the site orders,
+/// and tlsfront places no order: the try fails naming the setting, the
+/// profile and what the CA lists, is retried by the usual back-off, and
+/// the site keeps serving its placeholder meanwhile.
+#[test]
+fn tlsfront_orders_no_certificate_in_a_profile_the_ca_does_not_list() {
+    let port = free_tcp_port();
+    let pebble = start_pebble(port);
+    let dir = tempfile::tempdir().unwrap();
+    let name = "p.tlsfront.test";
+    let config = acme_site_config(dir.path(), &pebble, name);
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("acme_profile = \"shortlived\"\n{text}")).unwrap();
+    let (ok, report) = common::config_check(&config);
+    assert!(ok, "{report}");
+    assert!(
+        report.contains(
+            "  ACME profile: \"shortlived\" (acme_profile; the CA's directory must list it)"
+        ),
+        "{report}"
+    );
+
+    let listen = format!("127.0.0.1:{port}");
+    let server = common::Server::run(&config, &["--listen", &listen]);
+    let head = format!("ACME: no certificate for {name}");
+    let log = server.wait_for_log(&head);
+    let line = log.lines().find(|l| l.contains(&head)).unwrap();
+    eprintln!("the line: {line}");
+    assert!(
+        line.contains(&format!(
+            "(1 failure in a row), next try in {} s: acme_profile = \"shortlived\": the ACME CA \
+             at {} lists no profiles in its directory; set acme_profile to one of its profiles, \
+             or remove it for the CA's default",
+            acme::retry_delay(1).as_secs(),
+            pebble.directory
+        )),
+        "{line}"
+    );
+    // The account is registered (pebble's log shows each POST), the
+    // order never placed.
+    assert_eq!(pebble.posts_to("/sign-me-up"), 1, "{}", pebble.log());
+    assert_eq!(pebble.posts_to("/order-plz"), 0, "{}", pebble.log());
+    let (out, err, _) =
+        common::s_client(port, &["-servername", name], &[], Duration::from_secs(20));
+    assert!(
+        out.contains("tlsfront placeholder (no ACME certificate yet)"),
+        "{out}{err}"
+    );
     let (status, report) = server.stop();
     assert!(status.success(), "{report}");
 }

@@ -78,6 +78,15 @@ impl AcmeSettings {
             profile: None,
         }
     }
+
+    /// These settings, ordering `profile` (a site's own `acme_profile`, or
+    /// the top level's) rather than `self.profile`.
+    pub fn with_profile(&self, profile: Option<&str>) -> AcmeSettings {
+        AcmeSettings {
+            profile: profile.map(str::to_string),
+            ..self.clone()
+        }
+    }
 }
 
 /// A certificate chain and its key, as issued (or stored).

@@ -84,19 +84,6 @@ fn describe(s: &Settings, now: SystemTime, out: &mut String) -> usize {
             }
         );
     }
-    if let Some(profile) = s
-        .acme
-        .profile
-        .as_deref()
-        .filter(|_| s.sites.iter().any(|x| x.acme))
-    {
-        // Whether the CA lists it needs the CA: checked at each order.
-        let _ = writeln!(
-            out,
-            "ACME profile: {profile:?} (acme_profile; the CA's directory must list it, which \
-             each order checks)"
-        );
-    }
     let mut errors = 0;
     if let Some(p) = &s.pid_file {
         // As `run` writes it (the main process: this user, or root as the
@@ -374,6 +361,13 @@ fn describe_site(
             challenge_words(site, acme),
             acme.state_dir.display()
         );
+        if let Some(profile) = &site.acme_profile {
+            // Whether the CA lists it needs the CA: each order checks.
+            let _ = writeln!(
+                out,
+                "  ACME profile: {profile:?} (acme_profile; the CA's directory must list it)"
+            );
+        }
     } else if site.certs.is_empty() {
         let _ = writeln!(
             out,

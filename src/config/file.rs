@@ -135,6 +135,9 @@ pub struct SiteFile {
     /// How the CA validates the names: `auto`, `tls-alpn-01`, `http-01`,
     /// `dns-01`.
     pub acme_challenge: Option<crate::acme::ChallengeKind>,
+    /// The certificate profile to order for this `acme = true` site
+    /// (default: the top level's `acme_profile`).
+    pub acme_profile: Option<String>,
     /// Static files from this directory…
     pub root: Option<PathBuf>,
     pub autoindex: Option<bool>,

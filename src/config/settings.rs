@@ -115,6 +115,9 @@ pub struct Site {
     pub acme: bool,
     /// How the CA validates the names (`acme_challenge`).
     pub acme_challenge: crate::acme::ChallengeKind,
+    /// With `acme`: the certificate profile to order (its own
+    /// `acme_profile`, else the top level's); `None`: the CA's default.
+    pub acme_profile: Option<String>,
     pub job: Job,
     pub alpn: Vec<Vec<u8>>,
     /// TLS versions, cipher suites, key exchange groups, certificate
@@ -478,6 +481,12 @@ pub fn resolve(
         Some(p) => Some(check_acme_profile(&o("acme_profile"), p)?),
         None => None,
     };
+    for site in sites
+        .iter_mut()
+        .filter(|s| s.acme && s.acme_profile.is_none())
+    {
+        site.acme_profile.clone_from(&acme_profile);
+    }
     let unknown_names = file.unknown_names.unwrap_or_default();
     if unknown_names == UnknownNames::Reject && sites.iter().any(|s| s.names.is_empty()) {
         return Err(ConfigError::Invalid {
@@ -1070,9 +1079,22 @@ fn resolve_site(
                 .into(),
         ));
     }
+    let acme_profile = match s.acme_profile {
+        Some(_) if !s.acme => {
+            return Err(invalid(
+                "acme_profile",
+                "a profile is for a certificate from the ACME CA: set acme = true, or leave \
+                 acme_profile out"
+                    .into(),
+            ))
+        }
+        Some(p) => Some(check_acme_profile(&at("acme_profile"), p)?),
+        None => None,
+    };
     Ok(Site {
         acme: s.acme,
         acme_challenge: s.acme_challenge.unwrap_or_default(),
+        acme_profile,
         cert_origin: at("cert"),
         key_origin: at("key"),
         origin,
@@ -1438,6 +1460,33 @@ mod tests {
         assert_eq!(s.acme.profile, None);
         let s = from_text(&format!("acme_profile = \"shortlived\"\n{site}")).unwrap();
         assert_eq!(s.acme.profile.as_deref(), Some("shortlived"));
+        assert_eq!(s.sites[0].acme_profile.as_deref(), Some("shortlived"));
+        // A site's own over the top level's; only for acme = true sites.
+        let s = from_text(&format!(
+            "acme_profile = \"shortlived\"\n{site}acme_profile = \"classic\"\n\
+             [[site]]\nnames = [\"b.test\"]\nroot = \"/x\"\nacme = true\n\
+             [[site]]\nnames = [\"c.test\"]\nroot = \"/x\"\n"
+        ))
+        .unwrap();
+        let profiles: Vec<Option<&str>> =
+            s.sites.iter().map(|x| x.acme_profile.as_deref()).collect();
+        assert_eq!(profiles, [Some("classic"), Some("shortlived"), None]);
+        let e = from_text(
+            "[[site]]\nnames = [\"a.test\"]\nroot = \"/x\"\nacme_profile = \"classic\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("line 4 ([[site]] #1), setting acme_profile: a profile is for a certificate from the ACME CA: set acme = true"),
+            "{e}"
+        );
+        let e = from_text(&format!("{site}acme_profile = \"a b\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 5 ([[site]] #1), setting acme_profile: \"a b\" is not a profile name"),
+            "{e}"
+        );
         for bad in ["", "short lived", "tls\\u0000server", "é"] {
             let text = format!("acme_profile = \"{bad}\"\n{site}");
             let e = from_text(&text).unwrap_err().to_string();

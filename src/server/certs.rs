@@ -72,7 +72,10 @@ pub(super) async fn manage(front: Arc<Front>) {
                 continue;
             }
             let names = site.names.join(", ");
-            let acme = &sites.settings.acme;
+            let acme = &sites
+                .settings
+                .acme
+                .with_profile(site.acme_profile.as_deref());
             let obtained =
                 crate::acme::obtain_with(acme, &site.names, &front.challenges, site.acme_challenge);
             match obtained.await {
