@@ -46,6 +46,9 @@ pub enum AriError {
     Certificate { detail: String },
     #[error("{0}")]
     Acme(#[from] AcmeError),
+    /// instant-acme asks renewalInfo through an account.
+    #[error("no account with the ACME CA at {url} is stored, which asking its renewalInfo needs (the stored certificate may come from another CA; the next order registers one)")]
+    NoAccount { url: String },
     #[error("the CA's renewalInfo for certificate {id} did not answer: {detail}")]
     Request { id: String, detail: String },
     #[error("the CA's renewalInfo did not answer within {} s", ASK_TIMEOUT.as_secs())]
@@ -57,6 +60,15 @@ pub enum AriError {
         id: String,
         start: String,
         end: String,
+    },
+    #[error(
+        "the CA's suggested window for certificate {id} ends ({end}) after the certificate \
+         expires ({not_after}), which would have it renewed too late"
+    )]
+    PastExpiry {
+        id: String,
+        end: String,
+        not_after: String,
     },
 }
 
@@ -197,13 +209,20 @@ impl Renewals {
             Err(_) => Err(AriError::Timeout),
         };
         let planned = answer.and_then(|a| {
-            let plan = schedule(a.start, a.end, now, a.retry_after, roll()).map_err(|()| {
-                AriError::BadWindow {
-                    id: a.id.clone(),
-                    start: httpdate::fmt_http_date(a.start),
-                    end: httpdate::fmt_http_date(a.end),
-                }
-            })?;
+            let plan = schedule(a.start, a.end, not_after, now, a.retry_after, roll()).map_err(
+                |e| match e {
+                    WindowError::Inverted => AriError::BadWindow {
+                        id: a.id.clone(),
+                        start: httpdate::fmt_http_date(a.start),
+                        end: httpdate::fmt_http_date(a.end),
+                    },
+                    WindowError::PastExpiry => AriError::PastExpiry {
+                        id: a.id.clone(),
+                        end: httpdate::fmt_http_date(a.end),
+                        not_after: httpdate::fmt_http_date(not_after),
+                    },
+                },
+            )?;
             Ok((a, plan))
         });
         match planned {
@@ -299,7 +318,12 @@ async fn ask(settings: &AcmeSettings, names: &[String]) -> Result<Answer, AriErr
     let stored = super::load_stored(settings, names)?.ok_or(AriError::NotStored)?;
     let id = cert_id(&stored.chain_pem)?;
     let http = super::client::AcmeHttp::new(settings.extra_roots.as_deref())?;
-    let (account, _) = super::account(settings, false, http).await?;
+    let (account, _) = super::account(settings, false, http)
+        .await
+        .map_err(|e| match e {
+            AcmeError::NoAccount { url, .. } => AriError::NoAccount { url },
+            e => AriError::Acme(e),
+        })?;
     let (info, retry_after) = account.renewal_info(&id).await.map_err(|e| match e {
         instant_acme::Error::Unsupported(_) => AriError::Unsupported,
         e => AriError::Request {
@@ -345,19 +369,36 @@ struct Plan {
     ask_again: SystemTime,
 }
 
+/// Why a suggested window is not used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WindowError {
+    /// It ends before it starts.
+    Inverted,
+    /// It ends after the certificate expires: a broken answer, which must
+    /// not leave a site serving an expired certificate.
+    PastExpiry,
+}
+
 /// RFC 9773 section 4.3.3: the time `roll` (uniform over u64) picks in
 /// the window `start..=end` (renew then, or now if that has passed, as it
 /// has for a window wholly in the past), and the next question after
 /// `retry_after` held to [`ASK_AGAIN_MIN`]..=[`ASK_AGAIN_MAX`]. A window
-/// ending before it starts is no window (`Err`).
+/// ending before it starts, or after the certificate's `not_after`, is
+/// not used.
 fn schedule(
     start: SystemTime,
     end: SystemTime,
+    not_after: SystemTime,
     now: SystemTime,
     retry_after: Duration,
     roll: u64,
-) -> Result<Plan, ()> {
-    let span = end.duration_since(start).map_err(|_| ())?;
+) -> Result<Plan, WindowError> {
+    let span = end
+        .duration_since(start)
+        .map_err(|_| WindowError::Inverted)?;
+    if end > not_after {
+        return Err(WindowError::PastExpiry);
+    }
     // roll / 2^64 of the span, in nanoseconds: a span is below 2^94 ns,
     // so each half of the roll times it fits in a u128.
     let nanos = span.as_nanos();
@@ -376,6 +417,10 @@ mod tests {
     use super::*;
 
     const DAY: Duration = Duration::from_secs(86_400);
+    /// A certificate that outlives every window of these tests.
+    fn outlives_all() -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(u64::MAX / 2)
+    }
 
     fn t(secs: u64) -> SystemTime {
         UNIX_EPOCH + Duration::from_secs(secs)
@@ -385,7 +430,11 @@ mod tests {
     fn the_roll_picks_uniformly_inside_the_window() {
         let (start, end) = (t(10 * 86_400), t(12 * 86_400));
         let now = t(86_400);
-        let at = |roll| schedule(start, end, now, DAY, roll).unwrap().at;
+        let at = |roll| {
+            schedule(start, end, outlives_all(), now, DAY, roll)
+                .unwrap()
+                .at
+        };
         assert_eq!(at(0), start);
         assert_eq!(at(u64::MAX / 2 + 1), t(11 * 86_400));
         assert_eq!(at(u64::MAX / 4 + 1), t(10 * 86_400 + 43_200));
@@ -402,31 +451,67 @@ mod tests {
         let now = t(100 * 86_400);
         // Wholly past: now, whatever the roll.
         for roll in [0, u64::MAX / 3, u64::MAX] {
-            let plan = schedule(t(50 * 86_400), t(51 * 86_400), now, DAY, roll).unwrap();
+            let plan = schedule(
+                t(50 * 86_400),
+                t(51 * 86_400),
+                outlives_all(),
+                now,
+                DAY,
+                roll,
+            )
+            .unwrap();
             assert_eq!(plan.at, now);
         }
         // Begun: a pick before now is now, one after it stays.
         let (start, end) = (now - DAY, now + DAY);
-        assert_eq!(schedule(start, end, now, DAY, 0).unwrap().at, now);
         assert_eq!(
-            schedule(start, end, now, DAY, (u64::MAX / 4 + 1) * 3)
+            schedule(start, end, outlives_all(), now, DAY, 0)
+                .unwrap()
+                .at,
+            now
+        );
+        assert_eq!(
+            schedule(start, end, outlives_all(), now, DAY, (u64::MAX / 4 + 1) * 3)
                 .unwrap()
                 .at,
             now + DAY / 2
         );
         // An empty window is its one instant; an inverted one is refused.
         assert_eq!(
-            schedule(now + DAY, now + DAY, now, DAY, 12345).unwrap().at,
+            schedule(now + DAY, now + DAY, outlives_all(), now, DAY, 12345)
+                .unwrap()
+                .at,
             now + DAY
         );
-        assert!(schedule(now + DAY, now, now, DAY, 0).is_err());
+        assert_eq!(
+            schedule(now + DAY, now, outlives_all(), now, DAY, 0),
+            Err(WindowError::Inverted)
+        );
+        // One that ends after the certificate does is not used either; one
+        // ending as it does is.
+        let not_after = now + 2 * DAY;
+        assert_eq!(
+            schedule(
+                now + DAY,
+                not_after + Duration::from_secs(1),
+                not_after,
+                now,
+                DAY,
+                0
+            ),
+            Err(WindowError::PastExpiry)
+        );
+        assert_eq!(
+            schedule(now + DAY, not_after, not_after, now, DAY, 0).map(|p| p.at),
+            Ok(now + DAY)
+        );
     }
 
     #[test]
     fn retry_after_is_held_to_an_hour_to_a_day() {
         let now = t(1_000_000);
         let again = |retry| {
-            schedule(now + DAY, now + 2 * DAY, now, retry, 0)
+            schedule(now + DAY, now + 2 * DAY, outlives_all(), now, retry, 0)
                 .unwrap()
                 .ask_again
         };
@@ -444,7 +529,15 @@ mod tests {
     #[test]
     fn absurd_windows_do_not_panic() {
         let far = UNIX_EPOCH + Duration::from_secs(u64::MAX / 4);
-        let plan = schedule(UNIX_EPOCH, far, t(0), Duration::MAX, u64::MAX).unwrap();
+        let plan = schedule(
+            UNIX_EPOCH,
+            far,
+            outlives_all(),
+            t(0),
+            Duration::MAX,
+            u64::MAX,
+        )
+        .unwrap();
         assert!(plan.at <= far);
         assert_eq!(
             from_unix_nanos(-1_500_000_000),
