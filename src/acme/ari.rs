@@ -551,6 +551,45 @@ mod tests {
         let _ = from_unix_nanos(i128::MIN);
     }
 
+    /// A CA that cannot be asked (nothing listens at its directory): two
+    /// thirds into the lifetime, asked again in an hour, the same answer
+    /// until then without asking; another certificate, or a reload, is
+    /// asked about afresh.
+    #[tokio::test]
+    async fn without_an_answer_it_is_two_thirds_and_asked_again_in_an_hour() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = vec!["a.example.com".to_string()];
+        let settings = AcmeSettings {
+            directory: "https://127.0.0.1:1/dir".into(),
+            ..AcmeSettings::new(dir.path())
+        };
+        super::super::tests::store_issued_with_aki(&settings, &names);
+        let (nb, na) = (t(1_000_000), t(1_000_000) + 90 * DAY);
+        let mut renewals = Renewals::default();
+        let asked_at = SystemTime::now();
+        let due = renewals.due(&settings, &names, nb, na).await;
+        assert_eq!(due.at, renew_at(nb, na));
+        let again = due.ask_again.expect("asked again later");
+        assert!(
+            again >= asked_at + ASK_AGAIN_MIN && again <= SystemTime::now() + ASK_AGAIN_MIN,
+            "{due:?}"
+        );
+        // Not asked again before then: the very same answer.
+        assert_eq!(renewals.due(&settings, &names, nb, na).await, due);
+        // Another certificate for the names: asked about now.
+        let (nb2, na2) = (nb + DAY, na + DAY);
+        let due2 = renewals.due(&settings, &names, nb2, na2).await;
+        assert_eq!(due2.at, renew_at(nb2, na2));
+        assert!(due2.ask_again.unwrap() > again, "{due2:?}");
+        // Forgotten (a reload): asked again now.
+        renewals.ask_again();
+        let due3 = renewals.due(&settings, &names, nb2, na2).await;
+        assert!(
+            due3.ask_again.unwrap() >= due2.ask_again.unwrap(),
+            "{due3:?}"
+        );
+    }
+
     /// RFC 9773 section 4.1's example: keyIdentifier
     /// 69:88:5B:6B:87:46:40:41:E1:B3:7B:84:7B:A0:AE:2C:DE:01:C8:D4 and
     /// serial 00:87:65:43:21 are "aYhba4dGQEHhs3uEe6CuLN4ByNQ.AIdlQyE".

@@ -1626,7 +1626,7 @@ mod tests {
     /// A certificate for `names` signed by a CA of the test (with an
     /// authority key identifier), stored as `obtain` stores one; its ARI
     /// identifier.
-    fn store_issued_with_aki(settings: &AcmeSettings, names: &[String]) -> String {
+    pub(super) fn store_issued_with_aki(settings: &AcmeSettings, names: &[String]) -> String {
         use rcgen::{BasicConstraints, CertifiedIssuer, IsCa};
         let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
