@@ -1359,6 +1359,14 @@ fn tlsfront_orders_no_certificate_in_a_profile_the_ca_does_not_list() {
     let name = "p.tlsfront.test";
     let config = acme_site_config(dir.path(), &pebble, name);
     let text = std::fs::read_to_string(&config).unwrap();
+    // What can be checked without the CA is: a profile name is a name.
+    std::fs::write(&config, format!("acme_profile = \"short lived\"\n{text}")).unwrap();
+    let (ok, report) = common::config_check(&config);
+    assert!(!ok, "{report}");
+    assert!(
+        report.contains(", line 1, setting acme_profile: \"short lived\" is not a profile name"),
+        "{report}"
+    );
     std::fs::write(&config, format!("acme_profile = \"shortlived\"\n{text}")).unwrap();
     let (ok, report) = common::config_check(&config);
     assert!(ok, "{report}");
