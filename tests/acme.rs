@@ -9,7 +9,7 @@
 //! test makes (Debian ships no test certificate); `extra_roots` trusts it.
 //! The `tlsfront_*` tests run tlsfront itself with `acme = true` sites:
 //! issuance, renewal and a site added by reload, on tlsfront's own
-//! listener. Bookworm's pebble (2.4) has no ACME Renewal Information
+//! listener, and HTTP-01 on its plain-HTTP one. Bookworm's pebble (2.4) has no ACME Renewal Information
 //! (RFC 9773); the test of renewals in the CA's window runs trixie's (2.6,
 //! [`PEBBLE_ARI`]), which has. Neither lists certificate profiles.
 
@@ -160,7 +160,17 @@ fn start_pebble_issuing_for(tls_port: u16, validity: Option<Duration>) -> Pebble
 /// 0..100 is below it, so 100 refuses every one; the answer carries a fresh
 /// nonce all the same).
 fn start_pebble_with(tls_port: u16, validity: Option<Duration>, nonce_reject: u8) -> Pebble {
-    start_pebble_program("pebble", tls_port, validity, nonce_reject)
+    start_pebble_program(
+        "pebble",
+        (tls_port, free_tcp_port()),
+        validity,
+        nonce_reject,
+    )
+}
+
+/// Pebble validating TLS-ALPN-01 on `tls_port` and HTTP-01 on `http_port`.
+fn start_pebble_http(tls_port: u16, http_port: u16) -> Pebble {
+    start_pebble_program("pebble", (tls_port, http_port), None, 0)
 }
 
 /// Debian trixie's pebble (2.6), which has ACME Renewal Information (RFC
@@ -176,13 +186,14 @@ fn start_pebble_ari(tls_port: u16) -> Pebble {
         "{PEBBLE_ARI} is missing: tests/install-packages.sh fetches Debian trixie's pebble \
          (2.6, with ACME Renewal Information) there"
     );
-    start_pebble_program(PEBBLE_ARI, tls_port, None, 0)
+    start_pebble_program(PEBBLE_ARI, (tls_port, free_tcp_port()), None, 0)
 }
 
-/// `program` (bookworm's pebble, or [`PEBBLE_ARI`]) as [`start_pebble_with`].
+/// `program` (bookworm's pebble, or [`PEBBLE_ARI`]) as [`start_pebble_with`],
+/// validating TLS-ALPN-01 and HTTP-01 on these ports.
 fn start_pebble_program(
     program: &str,
-    tls_port: u16,
+    (tls_port, http_port): (u16, u16),
     validity: Option<Duration>,
     nonce_reject: u8,
 ) -> Pebble {
@@ -215,8 +226,8 @@ fn start_pebble_program(
             "managementListenAddress": format!("127.0.0.1:{mgmt}"),
             "certificate": dir.path().join("cert.pem"),
             "privateKey": dir.path().join("key.pem"),
-            // Nothing answers HTTP-01 here: the client must pick TLS-ALPN-01.
-            "httpPort": free_tcp_port(),
+            // Nothing answers HTTP-01 there unless a test listens on it.
+            "httpPort": http_port,
             "tlsPort": tls_port,
             "ocspResponderURL": "",
             "externalAccountBindingRequired": false,
@@ -1403,6 +1414,95 @@ fn tlsfront_orders_no_certificate_in_a_profile_the_ca_does_not_list() {
         out.contains("tlsfront placeholder (no ACME certificate yet)"),
         "{out}{err}"
     );
+    let (status, report) = server.stop();
+    assert!(status.success(), "{report}");
+}
+
+/// `acme_challenge = "http-01"`: pebble validates through tlsfront's
+/// plain-HTTP listener (its `httpPort`), while nothing answers TLS-ALPN-01
+/// on the port pebble would use for it; the certificate is issued and
+/// served, the validation requests are counted as answered challenges, and
+/// the tokens are gone afterwards (404).
+#[test]
+fn tlsfront_gets_a_certificate_by_http_01_on_its_plain_http_listener() {
+    let (tls_port, http_port) = (free_tcp_port(), free_tcp_port());
+    // pebble's TLS-ALPN-01 port: nobody listens there.
+    let pebble = start_pebble_http(free_tcp_port(), http_port);
+    let dir = tempfile::tempdir().unwrap();
+    let config = acme_site_config(dir.path(), &pebble, "h.tlsfront.test");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text = text.replacen(
+        "acme = true\n",
+        "acme = true\nacme_challenge = \"http-01\"\n",
+        1,
+    );
+    let text =
+        format!("http_listen = [\"127.0.0.1:{http_port}\"]\nadmin = \"127.0.0.1:0\"\n{text}");
+    std::fs::write(&config, text).unwrap();
+    let listen = format!("127.0.0.1:{tls_port}");
+    let server = common::Server::run(&config, &["--listen", &listen]);
+    let out = server
+        .output_within("certificate issued by", 1, common::WAIT)
+        .unwrap_or_else(|| {
+            panic!(
+                "no certificate issued by HTTP-01:\n{}{}",
+                server.output(),
+                server.log()
+            )
+        });
+    assert!(out.contains("for h.tlsfront.test, valid until"), "{out}");
+
+    let root = dir.path().join("pebble-root.pem");
+    std::fs::write(&root, pebble.mgmt_get("/roots/0")).unwrap();
+    let got = common::wait_until(
+        common::WAIT,
+        "pebble's certificate to be served",
+        || match curl_id(tls_port, "h.tlsfront.test", Some(&root)) {
+            (body, _, true) if body == "acme site\n" => Ok(body),
+            (body, err, _) => Err(format!("{body}{err}")),
+        },
+    );
+    assert_eq!(got, "acme site\n");
+    // Each validation was answered on the plain-HTTP listener (pebble
+    // validates from several perspectives: at least one request).
+    let metrics = server.metrics();
+    let answered: u64 = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("tlsfront_plain_http_requests_total{answer=\"acme_challenge\"} ")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no acme_challenge count in {metrics}"));
+    assert!(answered >= 1, "{metrics}");
+    // The token is taken down with the order.
+    let log = std::fs::read_to_string(pebble.dir.path().join("pebble.log")).unwrap();
+    let token = log
+        .split("/.well-known/acme-challenge/")
+        .nth(1)
+        .and_then(|rest| {
+            rest.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+                .next()
+        })
+        .unwrap_or_else(|| panic!("pebble's log names no HTTP-01 request:\n{log}"));
+    let gone = tool("curl")
+        .args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "20",
+        ])
+        .args(["-H", "Host: h.tlsfront.test"])
+        .arg(format!(
+            "http://127.0.0.1:{http_port}/.well-known/acme-challenge/{token}"
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&gone.stdout), "404");
     let (status, report) = server.stop();
     assert!(status.success(), "{report}");
 }
