@@ -4,8 +4,8 @@
 //! none (refused by a `require` site, served by an `optional` one), from
 //! another CA, expired, and revoked by the CRL (refused); the access log's
 //! client fields; a backend behind PROXY v2 reading the SSL TLV (verified
-//! flags and CN) with a Python listener (HAProxy 2.6 has no `fc_pp_tlv` to
-//! read it); a reload that picks up a new CRL; paths that require a
+//! flags and CN): a Python listener, and Debian trixie's HAProxy 3.0
+//! (bookworm's 2.6 has no `fc_pp_tlv` to read it); a reload that picks up a new CRL; paths that require a
 //! certificate on an `optional` site; and `config check` refusals. The
 //! tlslite-ng cases (a client writing its flight record by record) are in
 //! tests/tls/negative.py.
@@ -628,5 +628,83 @@ fn paths_can_require_a_certificate_and_no_sni_cannot_skip_it() {
             && said.contains("client_auth = \"optional\""),
         "{said}"
     );
+    server.stop();
+}
+
+/// HAProxy itself reads what a backend site sends: Debian trixie's 3.0
+/// (bookworm's 2.6 has no `fc_pp_tlv`) behind `write_proxy = "v2"` answers
+/// with the SSL TLV it received, which carries the client flags, the
+/// verify result and the subject CN (HAProxy's own `send-proxy-v2-ssl-cn`
+/// layout), with a certificate and, on an `optional` site, without one.
+#[test]
+fn haproxy_reads_the_client_certificate_in_the_proxy_v2_ssl_tlv() {
+    let haproxy = common::peers::haproxy3_ssl_tlv_reader();
+    let ca = Ca::new();
+    let clients = ClientCa::new("tlsfront TLV CA");
+    let dir = tempfile::tempdir().unwrap();
+    let names: Vec<String> = vec!["req.test".into(), "opt.test".into()];
+    let (cert, key) = ca.issue("sites", &names, false);
+    let site = |name: &str, mode: &str| {
+        format!(
+            "[[site]]\nnames = [\"{name}\"]\nbackend = \"127.0.0.1:{}\"\nwrite_proxy = \"v2\"\n\
+             cert = {cert:?}\nkey = {key:?}\nclient_ca = {:?}\nclient_auth = \"{mode}\"\n",
+            haproxy.port, clients.pem,
+        )
+    };
+    let path = dir.path().join("tlv.toml");
+    std::fs::write(
+        &path,
+        site("req.test", "require") + &site("opt.test", "optional"),
+    )
+    .unwrap();
+    let server = Server::run(&path, &[]);
+    let (alice, alice_key) = clients.issue("alice", 30);
+    let s = Setup {
+        _dir: dir,
+        path,
+        ca,
+        clients,
+        crl: PathBuf::new(),
+        log: PathBuf::new(),
+    };
+    /// The SSL TLV HAProxy answered with: (client flags, verify, sub-TLVs).
+    fn decoded(body: &str) -> (u8, u32, Vec<(u8, String)>) {
+        let hex = body
+            .trim()
+            .strip_prefix("ssl=")
+            .unwrap_or_else(|| panic!("{body:?}"));
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        assert!(bytes.len() >= 5, "{body:?}");
+        let verify = u32::from_be_bytes(bytes[1..5].try_into().unwrap());
+        let (mut sub, mut rest) = (Vec::new(), &bytes[5..]);
+        while rest.len() >= 3 {
+            let n = u16::from_be_bytes([rest[1], rest[2]]) as usize;
+            sub.push((
+                rest[0],
+                String::from_utf8_lossy(&rest[3..3 + n]).into_owned(),
+            ));
+            rest = &rest[3 + n..];
+        }
+        (bytes[0], verify, sub)
+    }
+    let port = server.port;
+    let cert_args = ["--cert", alice.as_str(), "--key", alice_key.as_str()];
+    let (code, body, err) = curl(&s, port, "req.test", "/", &cert_args);
+    assert_eq!(code, 0, "{err}");
+    let (client, verify, sub) = decoded(&body);
+    // PP2_CLIENT_SSL | PP2_CLIENT_CERT_CONN | PP2_CLIENT_CERT_SESS.
+    assert_eq!((client, verify), (0x07, 0), "{body}");
+    assert!(sub.contains(&(0x21, "TLSv1.3".into())), "{sub:?}");
+    assert!(sub.contains(&(0x22, "alice".into())), "{sub:?}");
+    // Without a certificate: the TLS flag alone, and a non-zero verify.
+    let (code, body, err) = curl(&s, port, "opt.test", "/", &[]);
+    assert_eq!(code, 0, "{err}");
+    let (client, verify, sub) = decoded(&body);
+    assert_eq!(client, 0x01, "{body}");
+    assert_ne!(verify, 0, "{body}");
+    assert!(!sub.iter().any(|(t, _)| *t == 0x22), "{sub:?}");
     server.stop();
 }

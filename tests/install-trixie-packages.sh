@@ -11,7 +11,9 @@
 # to the repository (under target/trixie-packages/root/), the way the tests
 # name it; a package whose programs are all there is not fetched again.
 # Today that is pebble 2.6 for tests/acme.rs: bookworm's pebble 2.4 has no
-# ACME Renewal Information (RFC 9773), trixie's has.
+# ACME Renewal Information (RFC 9773), trixie's has; and HAProxy 3.0 with
+# the libraries it needs, for tests/client_certs.rs: bookworm's 2.6 cannot
+# read a received PROXY v2 TLV (`fc_pp_tlv` came in 2.9).
 #
 # Cache (TLSFRONT_TRIXIE_DIR, default <repo>/target/trixie-packages):
 #   apt/       private sources list, lists (refreshed at most once a day),
@@ -51,12 +53,18 @@ echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.
 if [[ -z $(find "$apt_dir/lists" -maxdepth 1 -name '*Packages*' -mtime -1 2>/dev/null) ]]; then
   apt-get "${apt_opts[@]}" update -qq || die "apt-get update for trixie failed"
 fi
-for package in "${missing[@]}"; do
-  rm -f "$apt_dir/debs/${package}"_*.deb
-  (cd "$apt_dir/debs" && apt-get "${apt_opts[@]}" download -qq "$package") ||
-    die "apt-get download $package (trixie) failed"
-  deb=$(ls "$apt_dir/debs/${package}"_*.deb 2>/dev/null | head -n1)
-  [[ -n $deb ]] || die "apt-get download $package left no .deb in $apt_dir/debs"
-  dpkg-deb -x "$deb" "$root" || die "dpkg-deb -x $deb failed"
-  echo "  $(basename "$deb") unpacked"
+# A line's PACKAGE may be several, comma-separated: a program and the
+# trixie libraries it needs beside bookworm's (run through trixie's own
+# ld.so, see tests/common/peers.rs).
+for line in "${missing[@]}"; do
+  IFS=, read -ra parts <<<"$line"
+  for package in "${parts[@]}"; do
+    rm -f "$apt_dir/debs/${package}"_*.deb
+    (cd "$apt_dir/debs" && apt-get "${apt_opts[@]}" download -qq "$package") ||
+      die "apt-get download $package (trixie) failed"
+    deb=$(ls "$apt_dir/debs/${package}"_*.deb 2>/dev/null | head -n1)
+    [[ -n $deb ]] || die "apt-get download $package left no .deb in $apt_dir/debs"
+    dpkg-deb -x "$deb" "$root" || die "dpkg-deb -x $deb failed"
+    echo "  $(basename "$deb") unpacked"
+  done
 done

@@ -3,7 +3,8 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A backend thread pool: one thread per connection running `handler`.
@@ -165,11 +166,44 @@ pub fn nginx_proxy_protocol() -> Peer {
 /// HAProxy on a free port with the config `conf(port)` makes, in the
 /// foreground, once it listens.
 fn haproxy(conf: impl FnOnce(u16) -> String) -> Peer {
+    haproxy_from(super::tool("haproxy"), conf)
+}
+
+/// Debian trixie's HAProxy (3.0), unpacked with the trixie libraries it
+/// needs by tests/install-packages.sh and run through trixie's own dynamic
+/// loader (bookworm's C library is older than it was built for).
+const TRIXIE_ROOT: &str = "target/trixie-packages/root";
+
+fn trixie_haproxy() -> Command {
+    let lib = format!("{TRIXIE_ROOT}/usr/lib/x86_64-linux-gnu");
+    let haproxy = format!("{TRIXIE_ROOT}/usr/sbin/haproxy");
+    assert!(
+        Path::new(&haproxy).is_file(),
+        "{haproxy} is missing: tests/install-packages.sh fetches Debian trixie's HAProxy there"
+    );
+    let mut c = super::tool(&format!("{lib}/ld-linux-x86-64.so.2"));
+    c.arg("--library-path").arg(&lib).arg(haproxy);
+    c
+}
+
+/// HAProxy 3.0 with `accept-proxy`, answering each request with the raw
+/// SSL TLV (PP2_TYPE_SSL, 0x20) of the PROXY v2 header, in hex: what
+/// HAProxy itself reads of it (`fc_pp_tlv`, which bookworm's 2.6 lacks).
+pub fn haproxy3_ssl_tlv_reader() -> Peer {
+    haproxy_from(trixie_haproxy(), |port| {
+        format!(
+        "global\n  maxconn 100\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 10s\n  timeout server 10s\nfrontend fe\n  bind 127.0.0.1:{port} accept-proxy\n  http-request return status 200 content-type text/plain lf-string \"ssl=%[fc_pp_tlv(0x20),hex]\\n\"\n"
+    )
+    })
+}
+
+/// `program` (an HAProxy) as [`haproxy`] runs it.
+fn haproxy_from(mut program: Command, conf: impl FnOnce(u16) -> String) -> Peer {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let cfg = dir.path().join("haproxy.cfg");
     std::fs::write(&cfg, conf(port)).unwrap();
-    let child = super::tool("haproxy")
+    let child = program
         .arg("-db")
         .arg("-f")
         .arg(&cfg)
