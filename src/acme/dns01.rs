@@ -101,79 +101,83 @@ impl TsigKey {
     /// A key from bind's `key` clause, the format `tsig-keygen NAME`
     /// writes: `key "NAME" { algorithm hmac-sha256; secret "BASE64"; };`.
     /// Errs with what is wrong, in words for an operator.
-    pub fn parse(text: &str) -> Result<TsigKey, String> {
+    pub fn parse(text: &str) -> Result<TsigKey, KeyFileError> {
         let tokens = tokens(text)?;
         let mut it = tokens.iter().map(String::as_str);
-        let want = |got: Option<&str>, what: &str| -> Result<(), String> {
-            match got {
-                Some(g) if g == what => Ok(()),
-                Some(g) => Err(format!("expected {what:?}, found {g:?}")),
-                None => Err(format!("expected {what:?}, found the end of the file")),
-            }
+        let want = |got: Option<&str>, what: &'static str| match got {
+            Some(g) if g == what => Ok(()),
+            found => Err(KeyFileError::Expected {
+                what,
+                found: found.map(str::to_string),
+            }),
         };
         want(it.next(), "key")?;
         let name = it
             .next()
             .filter(|n| !matches!(*n, "{" | "}" | ";"))
-            .ok_or("the key clause has no name")?;
+            .ok_or(KeyFileError::NoName)?;
         let name = name.trim_end_matches('.').to_ascii_lowercase();
-        encode_name(&name).map_err(|e| format!("the key name {name:?}: {e}"))?;
+        if let Err(source) = encode_name(&name) {
+            return Err(KeyFileError::BadKeyName { name, source });
+        }
         want(it.next(), "{")?;
         let (mut algorithm, mut secret) = (None, None);
         loop {
             match it.next() {
                 Some("}") => break,
                 Some("algorithm") => {
-                    let a = it.next().ok_or("algorithm without a value")?;
-                    algorithm = Some(TsigAlgorithm::from_name(a).ok_or_else(|| {
-                        format!("algorithm {a:?} is not supported: use hmac-sha256 or hmac-sha512")
-                    })?);
+                    let a = it.next().ok_or(KeyFileError::NoValue("algorithm"))?;
+                    algorithm = Some(
+                        TsigAlgorithm::from_name(a)
+                            .ok_or_else(|| KeyFileError::UnsupportedAlgorithm(a.to_string()))?,
+                    );
                     want(it.next(), ";")?;
                 }
                 Some("secret") => {
-                    let s = it.next().ok_or("secret without a value")?;
+                    let s = it.next().ok_or(KeyFileError::NoValue("secret"))?;
                     use base64::Engine;
                     let bytes = base64::engine::general_purpose::STANDARD
                         .decode(s)
-                        .map_err(|e| format!("the secret is not base64: {e}"))?;
+                        .map_err(KeyFileError::SecretNotBase64)?;
                     if bytes.is_empty() {
-                        return Err("the secret is empty".into());
+                        return Err(KeyFileError::EmptySecret);
                     }
                     secret = Some(zeroize::Zeroizing::new(bytes));
                     want(it.next(), ";")?;
                 }
-                Some(other) => return Err(format!("unexpected {other:?} in the key clause")),
-                None => return Err("the key clause does not end with \"};\"".into()),
+                Some(other) => return Err(KeyFileError::Unexpected(other.to_string())),
+                None => return Err(KeyFileError::ClauseNotClosed),
             }
         }
         want(it.next(), ";")?;
         if let Some(more) = it.next() {
-            return Err(format!("{more:?} after the key clause: give one key"));
+            return Err(KeyFileError::Trailing(more.to_string()));
         }
         Ok(TsigKey {
             name,
-            algorithm: algorithm.ok_or("the key clause has no algorithm")?,
-            secret: secret.ok_or("the key clause has no secret")?,
+            algorithm: algorithm.ok_or(KeyFileError::NoAlgorithm)?,
+            secret: secret.ok_or(KeyFileError::NoSecret)?,
         })
     }
 
     /// The key in `path` (read as tlsfront reads its other secrets:
     /// through the parent when there is one).
     pub fn read(path: &Path) -> Result<TsigKey, DnsError> {
-        let bad = |detail: String| DnsError::KeyFile {
+        let bad = |source: KeyFileError| DnsError::KeyFile {
             path: path.to_path_buf(),
-            detail,
+            source,
         };
-        let bytes =
-            zeroize::Zeroizing::new(crate::safe_open::read(path).map_err(|e| bad(e.to_string()))?);
-        let text = std::str::from_utf8(&bytes).map_err(|_| bad("it is not UTF-8 text".into()))?;
+        let bytes = zeroize::Zeroizing::new(
+            crate::safe_open::read(path).map_err(|e| bad(KeyFileError::Read(e)))?,
+        );
+        let text = std::str::from_utf8(&bytes).map_err(|_| bad(KeyFileError::NotUtf8))?;
         TsigKey::parse(text).map_err(bad)
     }
 }
 
 /// bind's config tokens: quoted strings, `{`, `}`, `;` and words; `#`,
 /// `//` and `/* */` comments skipped.
-fn tokens(text: &str) -> Result<Vec<String>, String> {
+fn tokens(text: &str) -> Result<Vec<String>, KeyFileError> {
     let mut out = Vec::new();
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
@@ -200,7 +204,7 @@ fn tokens(text: &str) -> Result<Vec<String>, String> {
                     match chars.next() {
                         Some('/') if last == '*' => break,
                         Some(c) => last = c,
-                        None => return Err("a comment does not end".into()),
+                        None => return Err(KeyFileError::UnterminatedComment),
                     }
                 }
             }
@@ -211,7 +215,7 @@ fn tokens(text: &str) -> Result<Vec<String>, String> {
                     match chars.next() {
                         Some('"') => break,
                         Some(c) => s.push(c),
-                        None => return Err("a quoted string does not end".into()),
+                        None => return Err(KeyFileError::UnterminatedString),
                     }
                 }
                 out.push(s);
@@ -232,6 +236,109 @@ fn tokens(text: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// What is wrong with the TSIG key file: reading it, or bind's `key`
+/// clause in it (what [`TsigKey::parse`] refuses), in words for an
+/// operator. [`DnsError::KeyFile`] adds the file, the setting and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyFileError {
+    #[error("{0}")]
+    Read(#[source] std::io::Error),
+    #[error("it is not UTF-8 text")]
+    NotUtf8,
+    #[error("a comment does not end")]
+    UnterminatedComment,
+    #[error("a quoted string does not end")]
+    UnterminatedString,
+    /// A token other than the one the clause needs there (`None`: the
+    /// text ended).
+    #[error("expected {what:?}, found {}", match found {
+        Some(found) => format!("{found:?}"),
+        None => "the end of the file".to_string(),
+    })]
+    Expected {
+        what: &'static str,
+        found: Option<String>,
+    },
+    #[error("the key clause has no name")]
+    NoName,
+    #[error("the key name {name:?}: {source}")]
+    BadKeyName {
+        name: String,
+        #[source]
+        source: WireError,
+    },
+    /// `algorithm` or `secret` with nothing after it.
+    #[error("{0} without a value")]
+    NoValue(&'static str),
+    #[error("algorithm {0:?} is not supported: use hmac-sha256 or hmac-sha512")]
+    UnsupportedAlgorithm(String),
+    #[error("the secret is not base64: {0}")]
+    SecretNotBase64(#[source] base64::DecodeError),
+    #[error("the secret is empty")]
+    EmptySecret,
+    #[error("unexpected {0:?} in the key clause")]
+    Unexpected(String),
+    #[error("the key clause does not end with \"}};\"")]
+    ClauseNotClosed,
+    #[error("{0:?} after the key clause: give one key")]
+    Trailing(String),
+    #[error("the key clause has no algorithm")]
+    NoAlgorithm,
+    #[error("the key clause has no secret")]
+    NoSecret,
+}
+
+/// What is wrong with a DNS message this module writes (a name or a TXT
+/// value that does not fit) or reads (a malformed answer, or one whose
+/// TSIG record does not check). [`DnsError`] adds the server, the message
+/// and the setting.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    // Writing.
+    #[error("an empty label (two dots in a row, or a leading dot)")]
+    EmptyLabel,
+    #[error("a label is longer than 63 bytes")]
+    LabelTooLong,
+    #[error("the name is longer than 255 bytes")]
+    NameTooLong,
+    #[error("the TXT value is longer than 255 bytes")]
+    TxtTooLong,
+    // Reading.
+    #[error("the message ends inside a record")]
+    Truncated,
+    #[error("the message ends inside a name")]
+    TruncatedName,
+    #[error("a name longer than 255 bytes")]
+    LongNameRead,
+    #[error("a name pointer that does not point backwards")]
+    BadPointer,
+    #[error("a name with a reserved label type")]
+    ReservedLabelType,
+    #[error("a TSIG record that is not the last one")]
+    TsigNotLast,
+    #[error("the TSIG record's length does not match its content")]
+    TsigLength,
+    #[error("bytes after the last record")]
+    TrailingBytes,
+    // Checking the TSIG record of an answer.
+    #[error("the answer is not signed")]
+    NotSigned,
+    #[error("signed with the key {name:?}")]
+    WrongKey { name: String },
+    #[error("signed with the algorithm {name:?}")]
+    WrongAlgorithm { name: String },
+    #[error("TSIG error {0}")]
+    TsigError(u16),
+    #[error("the TSIG record's place is out of the message")]
+    TsigOutside,
+    #[error("the message is shorter than its header")]
+    ShortHeader,
+    #[error("the MAC is wrong")]
+    BadMac,
+    #[error("its time is outside the fudge: check both clocks (NTP)")]
+    TimeOutsideFudge,
+}
+
 /// Where DNS-01 answers go: the primary server taking updates and the
 /// key that signs them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -246,13 +353,20 @@ pub struct DnsUpdate {
 /// What went wrong talking to the DNS server, naming the setting to fix.
 #[derive(Debug, thiserror::Error)]
 pub enum DnsError {
-    #[error("the TSIG key file {} (setting {KEY_SETTING}): {detail}; give bind's key clause as `tsig-keygen -a hmac-sha256 NAME` writes it", path.display())]
-    KeyFile { path: PathBuf, detail: String },
-    #[error("could not {what} through the DNS server {server} (setting {SERVER_SETTING}): {detail}; check that it is the zone's primary and takes DNS over TCP on that port")]
+    #[error("the TSIG key file {} (setting {KEY_SETTING}): {source}; give bind's key clause as `tsig-keygen -a hmac-sha256 NAME` writes it", path.display())]
+    KeyFile {
+        path: PathBuf,
+        #[source]
+        source: KeyFileError,
+    },
+    #[error("could not {what} through the DNS server {server} (setting {SERVER_SETTING}): {source}; check that it is the zone's primary and takes DNS over TCP on that port")]
     Transport {
         server: SocketAddr,
         what: String,
-        detail: String,
+        /// The connection's error, or `TimedOut` after the exchange's
+        /// bound.
+        #[source]
+        source: std::io::Error,
     },
     #[error("the DNS server {server} (setting {SERVER_SETTING}) answered {rcode} to {what}{tsig}")]
     Refused {
@@ -262,16 +376,31 @@ pub enum DnsError {
         /// What to check about the key, when the answer concerns it.
         tsig: String,
     },
-    #[error("the answer of the DNS server {server} (setting {SERVER_SETTING}) to {what} is unusable: {detail}")]
+    #[error("the answer of the DNS server {server} (setting {SERVER_SETTING}) to {what} is unusable: {source}")]
     BadAnswer {
         server: SocketAddr,
         what: String,
-        detail: String,
+        #[source]
+        source: WireError,
+    },
+    #[error("the answer of the DNS server {server} (setting {SERVER_SETTING}) to {what} is unusable: it is not the answer to the message sent (another ID, or not a response)")]
+    NotTheAnswer { server: SocketAddr, what: String },
+    #[error("the answer of the DNS server {server} (setting {SERVER_SETTING}) to {what} is unusable: its TSIG signature does not check ({source}): check that the key in {} (setting {KEY_SETTING}) is the one the server has", key_file.display())]
+    BadSignature {
+        server: SocketAddr,
+        what: String,
+        key_file: PathBuf,
+        #[source]
+        source: WireError,
     },
     #[error("the DNS server {server} (setting {SERVER_SETTING}) is not authoritative for {name} (no SOA record in its answer): set it to the primary server of the zone holding {name}")]
     NoZone { server: SocketAddr, name: String },
-    #[error("{name} cannot be a DNS name: {detail}")]
-    BadName { name: String, detail: String },
+    #[error("{name} cannot be a DNS name: {source}")]
+    BadName {
+        name: String,
+        #[source]
+        source: WireError,
+    },
     #[error("the DNS server {server} (setting {SERVER_SETTING}) took the update but does not serve the TXT record {name} afterwards: check that it is the zone's primary and that the update is not redirected elsewhere")]
     NotServed { server: SocketAddr, name: String },
 }
@@ -358,7 +487,7 @@ async fn find_zone(dns: &DnsUpdate, owner: &str) -> Result<String, DnsError> {
     let id = random_id();
     let query = query_message(id, owner, TYPE_SOA)?;
     let answer = exchange(dns, &query, &what).await?;
-    let message = parse(&answer).map_err(|detail| bad_answer(dns, &what, detail))?;
+    let message = parse(&answer).map_err(|source| bad_answer(dns, &what, source))?;
     check_id(dns, &message, id, &what)?;
     // NXDOMAIN is fine: `_acme-challenge` does not exist yet, and the
     // authority section still names the zone.
@@ -383,7 +512,7 @@ async fn txt_served(dns: &DnsUpdate, owner: &str, value: &str) -> Result<bool, D
     let id = random_id();
     let query = query_message(id, owner, TYPE_TXT)?;
     let answer = exchange(dns, &query, &what).await?;
-    let message = parse(&answer).map_err(|detail| bad_answer(dns, &what, detail))?;
+    let message = parse(&answer).map_err(|source| bad_answer(dns, &what, source))?;
     check_id(dns, &message, id, &what)?;
     Ok(message.answers.iter().any(|rr| {
         rr.rtype == TYPE_TXT && rr.name == owner && txt_strings(&rr.rdata) == [value.as_bytes()]
@@ -404,16 +533,16 @@ async fn update(
         if add { "adding" } else { "deleting" }
     );
     let id = random_id();
-    let rdata = txt_rdata(value).map_err(|detail| DnsError::BadName {
+    let rdata = txt_rdata(value).map_err(|source| DnsError::BadName {
         name: format!("{owner} TXT {value:?}"),
-        detail,
+        source,
     })?;
     let mut m = Message::new(id, OPCODE_UPDATE << 11);
     // Zone section (one), no prerequisites, one update.
     m.counts = [1, 0, 1, 0];
     let bad_name = |name: &str| {
         let name = name.to_string();
-        move |detail| DnsError::BadName { name, detail }
+        move |source| DnsError::BadName { name, source }
     };
     m.name(zone).map_err(bad_name(zone))?;
     m.u16(TYPE_SOA);
@@ -429,38 +558,34 @@ async fn update(
     let now = unix_now();
     let (signed, request_mac) = sign(&m.finish(), &dns.key, now, &[]);
     let answer = exchange(dns, &signed, &what).await?;
-    let message = parse(&answer).map_err(|detail| bad_answer(dns, &what, detail))?;
+    let message = parse(&answer).map_err(|source| bad_answer(dns, &what, source))?;
     check_id(dns, &message, id, &what)?;
     let tsig = verify(&answer, &message, &dns.key, &request_mac, unix_now());
     if message.rcode != 0 {
         return Err(refused(dns, &what, message.rcode, message.tsig_error()));
     }
-    tsig.map_err(|detail| DnsError::BadAnswer {
+    tsig.map_err(|source| DnsError::BadSignature {
         server: dns.server,
-        what: what.clone(),
-        detail: format!(
-            "its TSIG signature does not check ({detail}): check that the key in {} (setting \
-             {KEY_SETTING}) is the one the server has",
-            dns.key_file.display()
-        ),
+        what,
+        key_file: dns.key_file.clone(),
+        source,
     })
 }
 
-fn bad_answer(dns: &DnsUpdate, what: &str, detail: String) -> DnsError {
+fn bad_answer(dns: &DnsUpdate, what: &str, source: WireError) -> DnsError {
     DnsError::BadAnswer {
         server: dns.server,
         what: what.to_string(),
-        detail,
+        source,
     }
 }
 
 fn check_id(dns: &DnsUpdate, message: &Parsed, id: u16, what: &str) -> Result<(), DnsError> {
     if message.id != id || !message.response {
-        return Err(bad_answer(
-            dns,
-            what,
-            "it is not the answer to the message sent (another ID, or not a response)".into(),
-        ));
+        return Err(DnsError::NotTheAnswer {
+            server: dns.server,
+            what: what.to_string(),
+        });
     }
     Ok(())
 }
@@ -532,10 +657,10 @@ fn unix_now() -> u64 {
 /// One message out and its answer back, over a fresh TCP connection (RFC
 /// 7766: two-byte length, then the message).
 async fn exchange(dns: &DnsUpdate, message: &[u8], what: &str) -> Result<Vec<u8>, DnsError> {
-    let fail = |detail: String| DnsError::Transport {
+    let fail = |source: std::io::Error| DnsError::Transport {
         server: dns.server,
         what: what.to_string(),
-        detail,
+        source,
     };
     let work = async {
         let mut stream = tokio::net::TcpStream::connect(dns.server).await?;
@@ -550,10 +675,10 @@ async fn exchange(dns: &DnsUpdate, message: &[u8], what: &str) -> Result<Vec<u8>
     };
     match tokio::time::timeout(EXCHANGE_TIMEOUT, work).await {
         Ok(Ok(answer)) => Ok(answer),
-        Ok(Err(e)) => Err(fail(e.to_string())),
-        Err(_) => Err(fail(format!(
-            "no answer within {} s",
-            EXCHANGE_TIMEOUT.as_secs()
+        Ok(Err(e)) => Err(fail(e)),
+        Err(_) => Err(fail(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {} s", EXCHANGE_TIMEOUT.as_secs()),
         ))),
     }
 }
@@ -585,7 +710,7 @@ impl Message {
         self.bytes.extend_from_slice(&v.to_be_bytes());
     }
 
-    fn name(&mut self, name: &str) -> Result<(), String> {
+    fn name(&mut self, name: &str) -> Result<(), WireError> {
         self.bytes.extend_from_slice(&encode_name(name)?);
         Ok(())
     }
@@ -603,9 +728,9 @@ impl Message {
 fn query_message(id: u16, name: &str, rtype: u16) -> Result<Vec<u8>, DnsError> {
     let mut m = Message::new(id, OPCODE_QUERY << 11);
     m.counts[0] = 1;
-    m.name(name).map_err(|detail| DnsError::BadName {
+    m.name(name).map_err(|source| DnsError::BadName {
         name: name.to_string(),
-        detail,
+        source,
     })?;
     m.u16(rtype);
     m.u16(CLASS_IN);
@@ -614,13 +739,16 @@ fn query_message(id: u16, name: &str, rtype: u16) -> Result<Vec<u8>, DnsError> {
 
 /// `name` in wire form, lowercased (TSIG's canonical form, and what the
 /// updates use throughout), uncompressed.
-fn encode_name(name: &str) -> Result<Vec<u8>, String> {
+fn encode_name(name: &str) -> Result<Vec<u8>, WireError> {
     let name = name.trim_end_matches('.');
     let mut out = Vec::with_capacity(name.len() + 2);
     if !name.is_empty() {
         for label in name.split('.') {
-            if label.is_empty() || label.len() > 63 {
-                return Err("a label is empty or longer than 63 bytes".into());
+            if label.is_empty() {
+                return Err(WireError::EmptyLabel);
+            }
+            if label.len() > 63 {
+                return Err(WireError::LabelTooLong);
             }
             out.push(label.len() as u8);
             out.extend(label.bytes().map(|b| b.to_ascii_lowercase()));
@@ -628,15 +756,15 @@ fn encode_name(name: &str) -> Result<Vec<u8>, String> {
     }
     out.push(0);
     if out.len() > 255 {
-        return Err("the name is longer than 255 bytes".into());
+        return Err(WireError::NameTooLong);
     }
     Ok(out)
 }
 
 /// A TXT record's RDATA holding `value` as one string.
-fn txt_rdata(value: &str) -> Result<Vec<u8>, String> {
+fn txt_rdata(value: &str) -> Result<Vec<u8>, WireError> {
     if value.len() > 255 {
-        return Err("the TXT value is longer than 255 bytes".into());
+        return Err(WireError::TxtTooLong);
     }
     let mut out = vec![value.len() as u8];
     out.extend_from_slice(value.as_bytes());
@@ -715,25 +843,29 @@ fn verify(
     key: &TsigKey,
     request_mac: &[u8],
     now: u64,
-) -> Result<(), String> {
+) -> Result<(), WireError> {
     let Some(tsig) = &message.tsig else {
-        return Err("the answer is not signed".into());
+        return Err(WireError::NotSigned);
     };
     if tsig.key_name != key.name {
-        return Err(format!("signed with the key {:?}", tsig.key_name));
+        return Err(WireError::WrongKey {
+            name: tsig.key_name.clone(),
+        });
     }
     if TsigAlgorithm::from_name(&tsig.algorithm) != Some(key.algorithm) {
-        return Err(format!("signed with the algorithm {:?}", tsig.algorithm));
+        return Err(WireError::WrongAlgorithm {
+            name: tsig.algorithm.clone(),
+        });
     }
     if tsig.error != 0 {
-        return Err(format!("TSIG error {}", tsig.error));
+        return Err(WireError::TsigError(tsig.error));
     }
     let Some(unsigned) = raw.get(..tsig.offset) else {
-        return Err("the TSIG record's place is out of the message".into());
+        return Err(WireError::TsigOutside);
     };
     let mut unsigned = unsigned.to_vec();
     if unsigned.len() < 12 {
-        return Err("the message is shorter than its header".into());
+        return Err(WireError::ShortHeader);
     }
     unsigned[0..2].copy_from_slice(&tsig.original_id.to_be_bytes());
     let ar = u16::from_be_bytes([unsigned[10], unsigned[11]]).wrapping_sub(1);
@@ -750,9 +882,9 @@ fn verify(
         tsig.error,
         &tsig.other,
     ));
-    hmac::verify(&hkey, &signed, &tsig.mac).map_err(|_| "the MAC is wrong".to_string())?;
+    hmac::verify(&hkey, &signed, &tsig.mac).map_err(|_| WireError::BadMac)?;
     if now.abs_diff(tsig.time) > u64::from(tsig.fudge) {
-        return Err("its time is outside the fudge: check both clocks (NTP)".into());
+        return Err(WireError::TimeOutsideFudge);
     }
     Ok(())
 }
@@ -799,7 +931,7 @@ struct Tsig {
 
 /// Read a DNS message: every bound checked, compression pointers followed
 /// only backwards (so no loop), never a panic.
-fn parse(raw: &[u8]) -> Result<Parsed, String> {
+fn parse(raw: &[u8]) -> Result<Parsed, WireError> {
     let mut r = Reader { raw, at: 0 };
     let id = r.u16()?;
     let flags = r.u16()?;
@@ -828,7 +960,7 @@ fn parse(raw: &[u8]) -> Result<Parsed, String> {
             if rtype == TYPE_TSIG {
                 // TSIG must be the very last record (RFC 8945 section 5.2).
                 if section != 3 || i + 1 != counts[3] {
-                    return Err("a TSIG record that is not the last one".into());
+                    return Err(WireError::TsigNotLast);
                 }
                 let mut t = Reader { raw, at: rdata_at };
                 let algorithm = t.name()?;
@@ -841,7 +973,7 @@ fn parse(raw: &[u8]) -> Result<Parsed, String> {
                 let other_len = t.u16()? as usize;
                 let other = t.take(other_len)?.to_vec();
                 if t.at != rdata_at + len {
-                    return Err("the TSIG record's length does not match its content".into());
+                    return Err(WireError::TsigLength);
                 }
                 parsed.tsig = Some(Tsig {
                     offset,
@@ -870,7 +1002,7 @@ fn parse(raw: &[u8]) -> Result<Parsed, String> {
         }
     }
     if r.at != raw.len() {
-        return Err("bytes after the last record".into());
+        return Err(WireError::TrailingBytes);
     }
     Ok(parsed)
 }
@@ -881,22 +1013,20 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self.at.checked_add(n).ok_or("a length overflows")?;
-        let bytes = self
-            .raw
-            .get(self.at..end)
-            .ok_or("the message ends inside a record")?;
+    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        // An end past usize is past the message too.
+        let end = self.at.checked_add(n).ok_or(WireError::Truncated)?;
+        let bytes = self.raw.get(self.at..end).ok_or(WireError::Truncated)?;
         self.at = end;
         Ok(bytes)
     }
 
-    fn u16(&mut self) -> Result<u16, String> {
+    fn u16(&mut self) -> Result<u16, WireError> {
         let b = self.take(2)?;
         Ok(u16::from_be_bytes([b[0], b[1]]))
     }
 
-    fn u32(&mut self) -> Result<u32, String> {
+    fn u32(&mut self) -> Result<u32, WireError> {
         let b = self.take(4)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
@@ -904,13 +1034,13 @@ impl<'a> Reader<'a> {
     /// A name, lowercased, dot-separated, without the final dot; the
     /// reader moves past its bytes here (not past what a pointer leads
     /// to).
-    fn name(&mut self) -> Result<String, String> {
+    fn name(&mut self) -> Result<String, WireError> {
         let mut labels: Vec<String> = Vec::new();
         let mut pos = self.at;
         let mut jumped = false;
         let mut total = 0usize;
         loop {
-            let len = *self.raw.get(pos).ok_or("the message ends inside a name")?;
+            let len = *self.raw.get(pos).ok_or(WireError::TruncatedName)?;
             match len & 0xc0 {
                 0x00 => {
                     if len == 0 {
@@ -923,10 +1053,10 @@ impl<'a> Reader<'a> {
                     let label = self
                         .raw
                         .get(start..start + len as usize)
-                        .ok_or("the message ends inside a name")?;
+                        .ok_or(WireError::TruncatedName)?;
                     total += label.len() + 1;
                     if total > 255 {
-                        return Err("a name longer than 255 bytes".into());
+                        return Err(WireError::LongNameRead);
                     }
                     labels.push(
                         String::from_utf8_lossy(label)
@@ -936,15 +1066,12 @@ impl<'a> Reader<'a> {
                     pos = start + len as usize;
                 }
                 0xc0 => {
-                    let low = *self
-                        .raw
-                        .get(pos + 1)
-                        .ok_or("the message ends inside a name")?;
+                    let low = *self.raw.get(pos + 1).ok_or(WireError::TruncatedName)?;
                     let target = usize::from(len & 0x3f) << 8 | usize::from(low);
                     // Only backwards: each jump goes strictly earlier, so
                     // the walk ends.
                     if target >= pos {
-                        return Err("a name pointer that does not point backwards".into());
+                        return Err(WireError::BadPointer);
                     }
                     if !jumped {
                         self.at = pos + 2;
@@ -952,10 +1079,84 @@ impl<'a> Reader<'a> {
                     }
                     pos = target;
                 }
-                _ => return Err("a name with a reserved label type".into()),
+                _ => return Err(WireError::ReservedLabelType),
             }
         }
         Ok(labels.join("."))
+    }
+}
+
+/// The module's private message reader, signer and TSIG check, for the
+/// fuzz targets `dns_message` and `tsig_key` (fuzz/fuzz_targets/) only:
+/// not an API, and nothing in tlsfront calls it.
+#[doc(hidden)]
+pub mod fuzz {
+    use super::{TsigKey, WireError};
+
+    /// What the reader took from a message.
+    #[derive(Debug, PartialEq, Eq)]
+    pub struct Message {
+        pub id: u16,
+        pub response: bool,
+        pub rcode: u16,
+        /// (name, type, class, RDATA) of the answer and authority records.
+        pub records: Vec<(String, u16, u16, Vec<u8>)>,
+        pub tsig: Option<Tsig>,
+    }
+
+    /// The TSIG record that ends a message.
+    #[derive(Debug, PartialEq, Eq)]
+    pub struct Tsig {
+        /// Where the record starts in the message.
+        pub offset: usize,
+        pub key_name: String,
+        pub time: u64,
+        pub original_id: u16,
+    }
+
+    /// The reader `find_zone`, `txt_served` and `update` read answers with.
+    pub fn parse(raw: &[u8]) -> Result<Message, WireError> {
+        let p = super::parse(raw)?;
+        Ok(Message {
+            id: p.id,
+            response: p.response,
+            rcode: p.rcode,
+            records: p
+                .answers
+                .into_iter()
+                .chain(p.authority)
+                .map(|r| (r.name, r.rtype, r.class, r.rdata))
+                .collect(),
+            tsig: p.tsig.map(|t| Tsig {
+                offset: t.offset,
+                key_name: t.key_name,
+                time: t.time,
+                original_id: t.original_id,
+            }),
+        })
+    }
+
+    /// `message` signed with `key` at `now` as a server signs its answer
+    /// to a request whose MAC is empty (None if it is shorter than a
+    /// header).
+    pub fn sign_answer(message: &[u8], key: &TsigKey, now: u64) -> Option<Vec<u8>> {
+        (message.len() >= 12).then(|| super::sign(message, key, now, &[0, 0]).0)
+    }
+
+    /// The check `update` makes of an answer (to a request whose MAC is
+    /// empty), at the time `now`.
+    pub fn verify(raw: &[u8], key: &TsigKey, now: u64) -> Result<(), WireError> {
+        super::verify(raw, &super::parse(raw)?, key, &[], now)
+    }
+
+    /// The strings of a TXT RDATA as `txt_served` reads them.
+    pub fn txt_strings(rdata: &[u8]) -> Vec<&[u8]> {
+        super::txt_strings(rdata)
+    }
+
+    /// A name in wire form, as the messages written here carry it.
+    pub fn encode_name(name: &str) -> Result<Vec<u8>, WireError> {
+        super::encode_name(name)
     }
 }
 
@@ -980,26 +1181,107 @@ mod tests {
         assert_eq!(&**k.secret, b"secret");
         assert!(!format!("{k:?}").contains("c2VjcmV0"));
         for (bad, says) in [
-            ("", "found the end"),
+            ("", "expected \"key\", found the end of the file"),
+            ("zone \"k\" {", "expected \"key\", found \"zone\""),
+            ("key { };", "the key clause has no name"),
             (
                 "key \"k\" { algorithm hmac-md5; secret \"c2VjcmV0\"; };",
-                "not supported",
+                "algorithm \"hmac-md5\" is not supported: use hmac-sha256 or hmac-sha512",
             ),
             (
                 "key \"k\" { algorithm hmac-sha256; secret \"!!\"; };",
-                "not base64",
+                "the secret is not base64: ",
             ),
-            ("key \"k\" { algorithm hmac-sha256; };", "no secret"),
-            ("key \"k\" { secret \"c2VjcmV0\"; };", "no algorithm"),
-            ("key \"k\" { secret \"c2VjcmV0\";", "does not end"),
+            (
+                "key \"k\" { algorithm hmac-sha256; secret \"\"; };",
+                "the secret is empty",
+            ),
+            (
+                "key \"k\" { algorithm hmac-sha256; };",
+                "the key clause has no secret",
+            ),
+            (
+                "key \"k\" { secret \"c2VjcmV0\"; };",
+                "the key clause has no algorithm",
+            ),
+            (
+                "key \"k\" { secret \"c2VjcmV0\";",
+                "the key clause does not end with \"};\"",
+            ),
             (
                 "key \"k\" { algorithm hmac-sha256; secret \"c2VjcmV0",
-                "quoted string",
+                "a quoted string does not end",
+            ),
+            ("key \"k\" /* {", "a comment does not end"),
+            (
+                "key \"k\" { algorithm hmac-sha256; secret \"c2VjcmV0\"; }; key",
+                "\"key\" after the key clause: give one key",
+            ),
+            (
+                "key \"k\" { algorithm hmac-sha256; bits 256; };",
+                "unexpected \"bits\" in the key clause",
+            ),
+            ("key \"k\" { algorithm", "algorithm without a value"),
+            (
+                "key \"a..b\" { };",
+                "the key name \"a..b\": an empty label (two dots in a row, or a leading dot)",
+            ),
+            (
+                &format!("key \"{}\" {{ }};", "x".repeat(64)),
+                "a label is longer than 63 bytes",
             ),
         ] {
             let e = TsigKey::parse(bad).unwrap_err();
-            assert!(e.contains(says), "{bad:?}: {e}");
+            assert!(e.to_string().contains(says), "{bad:?}: {e}");
         }
+        assert!(matches!(
+            TsigKey::parse("key \"k\" {").unwrap_err(),
+            KeyFileError::ClauseNotClosed
+        ));
+        assert!(matches!(
+            TsigKey::parse("key \"k\"").unwrap_err(),
+            KeyFileError::Expected {
+                what: "{",
+                found: None
+            }
+        ));
+    }
+
+    /// The key file's error names the file, the setting and the fix around
+    /// what is wrong in it.
+    #[test]
+    fn key_file_errors_name_the_file_setting_and_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("acme.key");
+        std::fs::write(&path, "key \"k\" { algorithm hmac-sha1; };").unwrap();
+        let e = TsigKey::read(&path).unwrap_err();
+        assert!(matches!(
+            &e,
+            DnsError::KeyFile {
+                source: KeyFileError::UnsupportedAlgorithm(a),
+                ..
+            } if a == "hmac-sha1"
+        ));
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "the TSIG key file {} (setting acme_dns_tsig_key_file): algorithm \"hmac-sha1\" \
+                 is not supported: use hmac-sha256 or hmac-sha512; give bind's key clause as \
+                 `tsig-keygen -a hmac-sha256 NAME` writes it",
+                path.display()
+            )
+        );
+        std::fs::write(&path, b"\xff").unwrap();
+        let e = TsigKey::read(&path).unwrap_err();
+        assert!(e.to_string().contains(": it is not UTF-8 text; "), "{e}");
+        let e = TsigKey::read(&dir.path().join("missing")).unwrap_err();
+        assert!(matches!(
+            e,
+            DnsError::KeyFile {
+                source: KeyFileError::Read(_),
+                ..
+            }
+        ));
     }
 
     /// An answer as a server signs it, checked as `update` checks it; a
@@ -1037,10 +1319,27 @@ mod tests {
         verify(&full, &parsed, &k, &request_mac, 1001).unwrap();
         // Another secret.
         let e = verify(&full, &parsed, &key(b"other"), &request_mac, 1001).unwrap_err();
-        assert!(e.contains("MAC"), "{e}");
+        assert_eq!(e, WireError::BadMac);
+        assert_eq!(e.to_string(), "the MAC is wrong");
         // Too late.
         let e = verify(&full, &parsed, &k, &request_mac, 1001 + 301).unwrap_err();
-        assert!(e.contains("fudge"), "{e}");
+        assert_eq!(e, WireError::TimeOutsideFudge);
+        assert!(e.to_string().contains("fudge: check both clocks"), "{e}");
+        // Another key name or algorithm.
+        let mut other = key(b"0123456789abcdef");
+        other.name = "other.test".into();
+        let e = verify(&full, &parsed, &other, &request_mac, 1001).unwrap_err();
+        assert_eq!(e.to_string(), "signed with the key \"k.test\"");
+        other = key(b"0123456789abcdef");
+        other.algorithm = TsigAlgorithm::HmacSha512;
+        let e = verify(&full, &parsed, &other, &request_mac, 1001).unwrap_err();
+        assert_eq!(e.to_string(), "signed with the algorithm \"hmac-sha256\"");
+        // An unsigned answer.
+        let parsed_unsigned = parse(&unsigned).unwrap();
+        assert_eq!(
+            verify(&unsigned, &parsed_unsigned, &k, &request_mac, 1001),
+            Err(WireError::NotSigned)
+        );
         // A flipped byte in the signed part.
         let mut tampered = full.clone();
         tampered[3] ^= 1;
@@ -1060,12 +1359,27 @@ mod tests {
         assert_eq!(r.at, m.len());
         // A pointer to itself.
         let looped = [0xc0u8, 0];
-        assert!(Reader {
+        let mut r = Reader {
             raw: &looped,
-            at: 0
-        }
-        .name()
-        .is_err());
+            at: 0,
+        };
+        assert_eq!(r.name(), Err(WireError::BadPointer));
+        let mut r = Reader {
+            raw: &[0x40, 0],
+            at: 0,
+        };
+        assert_eq!(r.name(), Err(WireError::ReservedLabelType));
+        let mut r = Reader {
+            raw: &[3, b'a'],
+            at: 0,
+        };
+        assert_eq!(r.name(), Err(WireError::TruncatedName));
+        // Trailing bytes after a whole message (the question "a.test" TXT IN).
+        let mut whole = m[..20].to_vec();
+        whole.extend_from_slice(&[0, 16, 0, 1]);
+        assert!(parse(&whole).is_ok());
+        whole.push(0);
+        assert_eq!(parse(&whole).unwrap_err(), WireError::TrailingBytes);
     }
 
     #[test]
@@ -1074,6 +1388,8 @@ mod tests {
         let rdata = txt_rdata(&value).unwrap();
         assert_eq!(txt_strings(&rdata), [value.as_bytes()]);
         assert!(txt_strings(&[5, b'a']).is_empty());
+        assert_eq!(txt_rdata(&"a".repeat(256)), Err(WireError::TxtTooLong));
+        assert_eq!(encode_name(&"a.".repeat(128)), Err(WireError::NameTooLong));
     }
 
     /// An answer as bind sends one for an SOA query (a compressed SOA in
