@@ -44,6 +44,8 @@ const CLASS_NONE: u16 = 254;
 const CLASS_ANY: u16 = 255;
 const OPCODE_QUERY: u16 = 0;
 const OPCODE_UPDATE: u16 = 5;
+/// ID, flags and the four counts.
+const HEADER_LEN: usize = 12;
 
 /// A TSIG HMAC algorithm (RFC 8945 section 6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -312,6 +314,8 @@ pub enum WireError {
     LongNameRead,
     #[error("a name pointer that does not point backwards")]
     BadPointer,
+    #[error("a name pointer into the message header")]
+    PointerIntoHeader,
     #[error("a name with a reserved label type")]
     ReservedLabelType,
     #[error("a TSIG record that is not the last one")]
@@ -1073,6 +1077,11 @@ impl<'a> Reader<'a> {
                     if target >= pos {
                         return Err(WireError::BadPointer);
                     }
+                    // The header holds no name, and a name read from it
+                    // would change with the counts (signing adds one).
+                    if target < HEADER_LEN {
+                        return Err(WireError::PointerIntoHeader);
+                    }
                     if !jumped {
                         self.at = pos + 2;
                         jumped = true;
@@ -1364,6 +1373,13 @@ mod tests {
             at: 0,
         };
         assert_eq!(r.name(), Err(WireError::BadPointer));
+        // A pointer into the header (found by the dns_message fuzz target:
+        // the name read there changed when signing added to the counts).
+        let into_header = [0, 0, 0x80, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xc0, 0, 0, 6, 0, 1];
+        assert_eq!(
+            parse(&into_header).unwrap_err(),
+            WireError::PointerIntoHeader
+        );
         let mut r = Reader {
             raw: &[0x40, 0],
             at: 0,
