@@ -5,8 +5,9 @@ listener: curl's request head, and the ClientHellos of curl and
 `openssl s_client` (TLS 1.2 and 1.3, with SNI, and one resuming with a
 ticket from a local `openssl s_server`, so it carries pre_shared_key).
 PROXY headers are the examples of HAProxy's proxy-protocol.txt; the config
-is README's example. Seeds are small on purpose: libFuzzer grows its own
-corpus from them."""
+is README's example; DNS-01's answers are built as the unit tests in
+src/acme/dns01.rs build them, and its key files come from tsig-keygen.
+Seeds are small on purpose: libFuzzer grows its own corpus from them."""
 import os, socket, struct, subprocess, sys, tempfile, threading, time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "corpus")
@@ -205,6 +206,62 @@ default = true
         ("unknown-name", b"\xff" * 96),
     ]:
         put("ticket_decrypt", name, data)
+
+    dns()
+
+
+def dns_name(name):
+    out = b""
+    for label in name.rstrip(".").split(".") if name.strip(".") else []:
+        out += bytes([len(label)]) + label.lower().encode()
+    return out + b"\0"
+
+
+def tsig_sign(msg, now, prefix=b""):
+    """`msg` signed as src/acme/dns01.rs `sign` does, with the unit tests'
+    key ("k.test", hmac-sha256, secret "0123456789abcdef"): the fuzz
+    target's key has that name and algorithm, so these reach the MAC."""
+    import hashlib, hmac
+    key, alg, fudge = dns_name("k.test"), dns_name("hmac-sha256"), 300
+    variables = (key + struct.pack(">HI", 255, 0) + alg + now.to_bytes(6, "big")
+                 + struct.pack(">HHH", fudge, 0, 0))
+    mac = hmac.new(b"0123456789abcdef", prefix + msg + variables, hashlib.sha256).digest()
+    ar = struct.unpack(">H", msg[10:12])[0] + 1
+    rdata = alg + now.to_bytes(6, "big") + struct.pack(">HH", fudge, len(mac)) + mac + msg[0:2] + b"\0\0\0\0"
+    out = msg[:10] + struct.pack(">H", ar) + msg[12:]
+    return out + key + struct.pack(">HHIH", 250, 255, 0, len(rdata)) + rdata, mac
+
+
+def dns():
+    """DNS-01's answers (the messages of the unit tests in
+    src/acme/dns01.rs) and TSIG key files (tsig-keygen's, needs bind9)."""
+    header = lambda id, flags, counts: struct.pack(">HH4H", id, flags, *counts)
+    # NXDOMAIN to the SOA query for _acme-challenge.a.test, the zone's SOA
+    # in the authority section by pointers into the question; signed.
+    q = dns_name("_acme-challenge.a.test") + struct.pack(">HH", 6, 1)
+    soa_rdata = b"\xc0\x1c\xc0\x1c" + bytes(20)
+    soa = b"\xc0\x1c" + struct.pack(">HHIH", 6, 1, 60, len(soa_rdata)) + soa_rdata
+    put("dns_message", "soa-nxdomain-signed",
+        tsig_sign(header(9, 0x8003, (1, 0, 1, 0)) + q + soa, 5, b"\0\0")[0])
+    # The answer to a signed UPDATE, its MAC over the request's.
+    zone = dns_name("acme.test") + struct.pack(">HH", 6, 1)
+    _, request_mac = tsig_sign(header(7, 5 << 11, (1, 0, 0, 0)) + zone, 1000)
+    prefix = struct.pack(">H", len(request_mac)) + request_mac
+    put("dns_message", "update-answer-signed",
+        tsig_sign(header(7, 0x8000 | 5 << 11, (1, 0, 0, 0)) + zone, 1001, prefix)[0])
+    # The answer to the TXT query: two records, one the challenge's value.
+    q = dns_name("_acme-challenge.acme.test") + struct.pack(">HH", 16, 1)
+    value = b"LoqXcYV8q5ONbJQxbmR7SCTNo3tiAXDfowyjxAjEuX0"
+    txt = lambda v: b"\xc0\x0c" + struct.pack(">HHIH", 16, 1, 60, len(v) + 1) + bytes([len(v)]) + v
+    put("dns_message", "txt-answer", header(0x1234, 0x8400, (1, 2, 0, 0)) + q + txt(value) + txt(b"other"))
+    # Key files.
+    for alg in ["hmac-sha256", "hmac-sha512"]:
+        out = subprocess.run(["tsig-keygen", "-a", alg, "acme-key."], capture_output=True, check=True,
+                             timeout=10).stdout
+        put("tsig_key", f"tsig-keygen-{alg}", out)
+    put("tsig_key", "edited", '# DNS-01 for *.example.com\nkey "Acme.Example.COM." {\n'
+        '  algorithm HMAC-SHA256.; // any case, a final dot\n  /* tsig-keygen -a hmac-sha256 */\n'
+        '  secret "c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0";\n};\n')
 
 
 if __name__ == "__main__":
