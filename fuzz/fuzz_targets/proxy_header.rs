@@ -93,6 +93,7 @@ fuzz_target!(|data: &[u8]| {
         local,
         version: [None, Some(Version::Tls12), Some(Version::Tls13)][(flags as usize >> 2) % 3],
         suite: (flags & 0x10 != 0).then(|| suites[(flags as usize >> 5) % 3]),
+        group: (flags & 0x10 != 0).then_some(rustls::NamedGroup::X25519MLKEM768),
         sni: (flags & 0x80 != 0).then_some(sni.clone()),
         alpn: (!alpn.is_empty()).then_some(alpn.clone()),
         resumed: false,
