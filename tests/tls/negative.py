@@ -1108,68 +1108,62 @@ REFUSAL_LABELS = ("hello_inappropriate_fallback", "hello_obsolete_version",
                   "hello_renegotiation_info", "plaintext_on_tls_port")
 
 
+class Tally:
+    """Counts and prints each check's outcome."""
+
+    def __init__(self):
+        self.passed = self.failed = 0
+
+    def check(self, name, ok, detail=""):
+        if ok:
+            self.passed += 1
+            print(f"ok   {name}", flush=True)
+        else:
+            self.failed += 1
+            print(f"FAIL {name}{detail}", flush=True)
+
+    def cases(self, prefix, srv, cases, alive):
+        """Each case against `srv`, then `alive(srv)`: one failing case must
+        not stop the rest."""
+        for title, case in cases:
+            try:
+                case(srv)
+                alive(srv)
+            except Exception as e:
+                self.check(f"{prefix}: {title}", False, f": {type(e).__name__}: {e}")
+            else:
+                self.check(f"{prefix}: {title}", True)
+
+
 def main():
     binary = os.path.join(ROOT, "target/debug/tlsfront")
     if len(sys.argv) == 3 and sys.argv[1] == "--bin":
         binary = sys.argv[2]
-    passed = failed = 0
+    t = Tally()
     for mode in ("serve", "proxy"):
         for kind in ("ecdsa", "rsa"):
             with tempfile.TemporaryDirectory() as tmp:
                 srv = Server(binary, mode, kind, tmp)
                 extra = PROXY_CASES if mode == "proxy" else SERVE_CASES
-                for title, case in CASES + extra:
-                    name = f"{srv.name()}: {title}"
-                    try:
-                        case(srv)
-                        srv.alive()
-                    except Exception as e:  # one failing case must not stop the rest
-                        failed += 1
-                        print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
-                    else:
-                        passed += 1
-                        print(f"ok   {name}", flush=True)
+                t.cases(srv.name(), srv, CASES + extra, Server.alive)
                 out, err = srv.stop()
-                checks = [("no panic in stderr", "panicked" not in err, err)]
+                t.check(f"{srv.name()}: no panic in stderr", "panicked" not in err, f":\n{err}")
                 # The refusals are counted, each under its own label.
                 errors = next((l for l in out.splitlines() if l.startswith("errors:")), "")
                 for label in REFUSAL_LABELS:
-                    checks.append((f"'{label}' counted", label in errors, errors))
-                for title, ok, detail in checks:
-                    name = f"{srv.name()}: {title}"
-                    if ok:
-                        passed += 1
-                        print(f"ok   {name}", flush=True)
-                    else:
-                        failed += 1
-                        print(f"FAIL {name}:\n{detail}", flush=True)
+                    t.check(f"{srv.name()}: '{label}' counted", label in errors, f":\n{errors}")
     # Client certificates: a static site that requires them.
     with tempfile.TemporaryDirectory() as tmp:
         certs = ClientCerts(tmp)
         config = f'client_ca = "{certs.ca[0]}"\nclient_auth = "require"\ntls_versions = ["1.2", "1.3"]\n'
         srv = Server(binary, "serve", "ecdsa", tmp, config=config)
         srv.client_certs = certs
-        for title, case in MTLS_CASES:
-            name = f"{srv.name()} (client_auth require): {title}"
-            try:
-                case(srv)
-                mtls_alive(srv)
-            except Exception as e:  # one failing case must not stop the rest
-                failed += 1
-                print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
-            else:
-                passed += 1
-                print(f"ok   {name}", flush=True)
-        out, err = srv.stop()
-        name = f"{srv.name()} (client_auth require): no panic in stderr"
-        if "panicked" in err:
-            failed += 1
-            print(f"FAIL {name}:\n{err}", flush=True)
-        else:
-            passed += 1
-            print(f"ok   {name}", flush=True)
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+        prefix = f"{srv.name()} (client_auth require)"
+        t.cases(prefix, srv, MTLS_CASES, mtls_alive)
+        _, err = srv.stop()
+        t.check(f"{prefix}: no panic in stderr", "panicked" not in err, f":\n{err}")
+    print(f"{t.passed} passed, {t.failed} failed")
+    return 1 if t.failed else 0
 
 
 if __name__ == "__main__":
