@@ -326,29 +326,57 @@ fn key_exchange_prefers_post_quantum_without_a_retry_and_follows_the_site() {
     );
 }
 
+/// The server's first flight to a client that offers certificate
+/// compression, for an ECDSA and an RSA chain, with compression on and off
+/// (`cert_compression = false`), and to a client that offers none.
 #[test]
 fn certificate_compression_shrinks_the_first_flight_unless_off() {
     use aws_lc_rs::kx_group::X25519;
     let ca = Ca::new();
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::run(&config(dir.path(), &ca, "").0, &[]);
+    let root = dir.path().join("www");
+    std::fs::create_dir_all(&root).unwrap();
+    let mut text = String::new();
+    for (kind, rsa) in [("ecdsa", false), ("rsa", true)] {
+        // 45 names, as a multi-domain certificate has: they compress well.
+        let mut names: Vec<String> = vec![format!("{kind}.test"), format!("{kind}-off.test")];
+        names.extend((0..43).map(|i| format!("padding-{i}.{kind}.policy.test")));
+        let (cert, key) = ca.issue(kind, &names, rsa);
+        for (name, extra) in [
+            (kind.to_string(), ""),
+            (format!("{kind}-off"), "cert_compression = false\n"),
+        ] {
+            text.push_str(&format!(
+                "[[site]]\nnames = [\"{name}.test\"]\nroot = {root:?}\ncert = {cert:?}\nkey = {key:?}\n{extra}"
+            ));
+        }
+    }
+    let path = dir.path().join("compression.toml");
+    std::fs::write(&path, text).unwrap();
+    let server = Server::run(&path, &[]);
     let port = server.port;
     let asks = client(&ca.pem, &[X25519], true);
-    let compressed = handshake(port, "default.test", asks.clone()).server_bytes;
-    let off = handshake(port, "plain.test", asks).server_bytes;
-    let not_asked = handshake(port, "default.test", client(&ca.pem, &[X25519], false)).server_bytes;
-    eprintln!("first flight: {compressed} bytes compressed, {off} with compression off, {not_asked} not asked");
-    // The certificate's 45 names compress to a fraction.
-    assert!(
-        compressed + 500 < off,
-        "compressed {compressed} bytes, off {off}"
-    );
-    // A client that asks for none gets it whole (ECDSA signatures vary by
-    // a few bytes).
-    assert!(
-        off.abs_diff(not_asked) < 16,
-        "off {off}, not asked {not_asked}"
-    );
+    let asks_none = client(&ca.pem, &[X25519], false);
+    for kind in ["ecdsa", "rsa"] {
+        let on = format!("{kind}.test");
+        let compressed = handshake(port, &on, asks.clone()).server_bytes;
+        let off = handshake(port, &format!("{kind}-off.test"), asks.clone()).server_bytes;
+        let not_asked = handshake(port, &on, asks_none.clone()).server_bytes;
+        eprintln!(
+            "{kind} first flight: {compressed} bytes compressed, {off} with compression off, \
+             {not_asked} not asked"
+        );
+        assert!(
+            compressed + 500 < off,
+            "{kind}: compressed {compressed} bytes, off {off}"
+        );
+        // A client that asks for none gets it whole (ECDSA signatures vary
+        // by a few bytes).
+        assert!(
+            off.abs_diff(not_asked) < 16,
+            "{kind}: off {off}, not asked {not_asked}"
+        );
+    }
 }
 
 #[test]
