@@ -6,37 +6,21 @@
 //! TXT records with signed updates, pebble validates them, and tlsfront
 //! deletes them again: the certificates name `*.acme.test`.
 //!
-//! The pebble starter here is a smaller copy of tests/acme.rs's (that one
-//! runs pebble-challtestsrv as the DNS server, this one bind9).
+//! Pebble is tests/common/pebble.rs's, resolving through bind9 in place of
+//! pebble-challtestsrv.
 
 mod common;
 
 use std::fs::File;
-use std::net::{TcpListener as StdTcpListener, TcpStream, UdpSocket};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::Arc;
 
+use common::pebble::{free_dns_port, free_tcp_port, start_pebble_resolving_through};
 use common::{tool, wait_until, WAIT};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, SanType};
 use tlsfront::acme::dns01::{DnsUpdate, TsigKey};
 use tlsfront::acme::{self, AcmeSettings, ChallengeKind, Challenges};
-
-/// A loopback port free for both UDP and TCP right now (DNS takes both),
-/// not handed out before by this process (see tests/acme.rs).
-fn free_port() -> u16 {
-    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    for _ in 0..100 {
-        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let port = udp.local_addr().unwrap().port();
-        let mut handed_out = HANDED_OUT.lock().unwrap();
-        if StdTcpListener::bind(("127.0.0.1", port)).is_ok() && !handed_out.contains(&port) {
-            handed_out.push(port);
-            return port;
-        }
-    }
-    panic!("no loopback port free for both UDP and TCP in 100 tries");
-}
 
 /// Wait until `child` accepts TCP on `port` (and, if given, its log says
 /// `line`), failing with its log if it exits first.
@@ -105,7 +89,7 @@ fn start_bind() -> Bind {
          ns IN A 127.0.0.1\n",
     )
     .unwrap();
-    let port = free_port();
+    let port = free_dns_port();
     let conf = d.join("named.conf");
     std::fs::write(
         &conf,
@@ -181,125 +165,6 @@ impl Bind {
     }
 }
 
-/// pebble resolving through `dns_port`, validating TLS-ALPN-01 (if ever)
-/// on `tls_port`. Killed on drop; its log printed if the test failed.
-struct Pebble {
-    child: Child,
-    dir: tempfile::TempDir,
-    directory: String,
-    mgmt: u16,
-    https_ca: PathBuf,
-}
-
-impl Drop for Pebble {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let text =
-                std::fs::read_to_string(self.dir.path().join("pebble.log")).unwrap_or_default();
-            eprintln!("---- pebble.log ----\n{text}");
-        }
-    }
-}
-
-fn start_pebble(dns_port: u16, tls_port: u16) -> Pebble {
-    let dir = tempfile::tempdir().unwrap();
-    // Pebble's HTTPS certificate, from a CA of this test.
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    // A subject of its own: with both names empty, the leaf would look
-    // self-signed.
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "tlsfront test CA for pebble");
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-    params
-        .subject_alt_names
-        .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
-    let cert = params.signed_by(&key, &ca).unwrap();
-    let https_ca = dir.path().join("https-ca.pem");
-    std::fs::write(&https_ca, ca.pem()).unwrap();
-    std::fs::write(dir.path().join("cert.pem"), cert.pem()).unwrap();
-    std::fs::write(dir.path().join("key.pem"), key.serialize_pem()).unwrap();
-
-    let acme_port = free_port();
-    let mgmt = free_port();
-    let config = serde_json::json!({
-        "pebble": {
-            "listenAddress": format!("127.0.0.1:{acme_port}"),
-            "managementListenAddress": format!("127.0.0.1:{mgmt}"),
-            "certificate": dir.path().join("cert.pem"),
-            "privateKey": dir.path().join("key.pem"),
-            // Nothing answers HTTP-01 here.
-            "httpPort": free_port(),
-            "tlsPort": tls_port,
-            "ocspResponderURL": "",
-            "externalAccountBindingRequired": false
-        }
-    });
-    let config_path = dir.path().join("pebble-config.json");
-    std::fs::write(&config_path, config.to_string()).unwrap();
-    let log = dir.path().join("pebble.log");
-    let mut child = tool("pebble")
-        .arg("-config")
-        .arg(&config_path)
-        .args(["-dnsserver", &format!("127.0.0.1:{dns_port}")])
-        // Validate at once, and never reuse an authorization: each order
-        // is validated through bind9.
-        .env("PEBBLE_VA_NOSLEEP", "1")
-        .env("PEBBLE_WFE_NONCEREJECT", "0")
-        .env("PEBBLE_AUTHZREUSE", "0")
-        .stdout(Stdio::from(File::create(&log).unwrap()))
-        .stderr(Stdio::from(File::create(&log).unwrap()))
-        .spawn()
-        .expect("start pebble (Debian package pebble)");
-    wait_ready(&mut child, "pebble", acme_port, &log, None);
-    wait_ready(&mut child, "pebble (management)", mgmt, &log, None);
-    Pebble {
-        child,
-        dir,
-        directory: format!("https://127.0.0.1:{acme_port}/dir"),
-        mgmt,
-        https_ca,
-    }
-}
-
-impl Pebble {
-    fn settings(&self, state_dir: &Path, dns: Option<DnsUpdate>) -> AcmeSettings {
-        AcmeSettings {
-            directory: self.directory.clone(),
-            contact: vec![],
-            state_dir: state_dir.to_path_buf(),
-            extra_roots: Some(self.https_ca.clone()),
-            dns,
-            profile: None,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("pebble.log")).unwrap_or_default()
-    }
-
-    /// Pebble's root, which issued the certificates (PEM).
-    fn root(&self) -> String {
-        let out = tool("curl")
-            .args(["-sS", "--fail", "--max-time", "10", "--cacert"])
-            .arg(&self.https_ca)
-            .arg(format!("https://127.0.0.1:{}/roots/0", self.mgmt))
-            .output()
-            .expect("run curl");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-}
-
 /// The DNS names of the leaf of `chain_pem`, sorted.
 fn sans(chain_pem: &str) -> Vec<String> {
     use rustls::pki_types::pem::PemObject;
@@ -335,9 +200,12 @@ fn names() -> Vec<String> {
 #[tokio::test(flavor = "current_thread")]
 async fn dns01_proves_a_wildcard_through_bind9() {
     let bind = start_bind();
-    let pebble = start_pebble(bind.port, free_port());
+    let pebble = start_pebble_resolving_through(bind.port, free_tcp_port());
     let state = tempfile::tempdir().unwrap();
-    let settings = pebble.settings(state.path(), Some(bind.update(&bind.key_file)));
+    let settings = AcmeSettings {
+        dns: Some(bind.update(&bind.key_file)),
+        ..pebble.settings(state.path())
+    };
     let issued = acme::obtain_with(
         &settings,
         &names(),
@@ -355,7 +223,7 @@ async fn dns01_proves_a_wildcard_through_bind9() {
     assert_eq!(sans(&issued.chain_pem), ["*.acme.test", "acme.test"]);
     // The chain is pebble's: its root signed it (openssl verifies).
     let dir = state.path();
-    std::fs::write(dir.join("root.pem"), pebble.root()).unwrap();
+    std::fs::write(dir.join("root.pem"), pebble.mgmt_get("/roots/0")).unwrap();
     let mut certs = issued
         .chain_pem
         .split_inclusive("-----END CERTIFICATE-----\n");
@@ -394,12 +262,15 @@ async fn dns01_proves_a_wildcard_through_bind9() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_bad_tsig_secret_fails_naming_the_setting() {
     let bind = start_bind();
-    let pebble = start_pebble(bind.port, free_port());
+    let pebble = start_pebble_resolving_through(bind.port, free_tcp_port());
     let state = tempfile::tempdir().unwrap();
     // The same key name, another secret.
     let wrong = state.path().join("wrong.key");
     tsig_keygen(&wrong);
-    let settings = pebble.settings(state.path(), Some(bind.update(&wrong)));
+    let settings = AcmeSettings {
+        dns: Some(bind.update(&wrong)),
+        ..pebble.settings(state.path())
+    };
     let err = acme::obtain_with(
         &settings,
         &names(),
@@ -433,8 +304,8 @@ async fn a_bad_tsig_secret_fails_naming_the_setting() {
 fn tlsfront_gets_a_wildcard_certificate_with_dns01() {
     use std::os::unix::fs::PermissionsExt;
     let bind = start_bind();
-    let port = free_port();
-    let pebble = start_pebble(bind.port, port);
+    let port = free_tcp_port();
+    let pebble = start_pebble_resolving_through(bind.port, port);
     let dir = tempfile::tempdir().unwrap();
     let root_user = rustix::process::geteuid().is_root();
     let user = if root_user { "user = \"nobody\"\n" } else { "" };
@@ -490,7 +361,7 @@ fn tlsfront_gets_a_wildcard_certificate_with_dns01() {
         server.log()
     );
     let root = dir.path().join("pebble-root.pem");
-    std::fs::write(&root, pebble.root()).unwrap();
+    std::fs::write(&root, pebble.mgmt_get("/roots/0")).unwrap();
     for name in ["www.acme.test", "acme.test"] {
         let got = tool("curl")
             .args(["-sS", "--max-time", "20", "--cacert"])
