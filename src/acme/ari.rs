@@ -180,7 +180,8 @@ impl Renewals {
     ) -> Due {
         let now = SystemTime::now();
         let validity = (not_before, not_after);
-        let entry = self.certs.entry(names.to_vec()).or_insert_with(|| Entry {
+        // Two thirds in until the CA is asked, which is at once.
+        let fresh = || Entry {
             validity,
             window: None,
             due: Due {
@@ -188,17 +189,10 @@ impl Renewals {
                 ask_again: Some(UNIX_EPOCH),
             },
             said_fallback: false,
-        });
+        };
+        let entry = self.certs.entry(names.to_vec()).or_insert_with(fresh);
         if entry.validity != validity {
-            *entry = Entry {
-                validity,
-                window: None,
-                due: Due {
-                    at: renew_at(not_before, not_after),
-                    ask_again: Some(UNIX_EPOCH),
-                },
-                said_fallback: false,
-            };
+            *entry = fresh();
         }
         if entry.due.ask_again.is_none_or(|t| t > now) {
             return entry.due;

@@ -1607,17 +1607,12 @@ mod tests {
             );
         }
 
-        let ca = NonceCa::with_directory(listing, false);
-        // The fake CA has no challenge to validate: only the order counts.
-        let _ = obtain_names(
+        let orders = orders_placed(
             &settings("shortlived"),
             &names,
-            &Challenges::default(),
-            ChallengeKind::Auto,
-            ca.clone(),
+            NonceCa::with_directory(listing, false),
         )
         .await;
-        let orders = &ca.0.lock().unwrap().orders;
         assert_eq!(orders.len(), 1);
         assert_eq!(orders[0]["profile"], "shortlived", "{}", orders[0]);
         assert_eq!(orders[0].get("replaces"), None, "{}", orders[0]);
@@ -1656,48 +1651,40 @@ mod tests {
         let id = store_issued_with_aki(&settings, &names);
         let ari = r#","renewalInfo":"https://ca.test/renewal-info""#;
 
-        let ca = NonceCa::with_directory(ari, false);
-        let _ = obtain_names(
-            &settings,
-            &names,
-            &Challenges::default(),
-            ChallengeKind::Auto,
-            ca.clone(),
-        )
-        .await;
-        let orders = ca.0.lock().unwrap().orders.clone();
+        let orders = orders_placed(&settings, &names, NonceCa::with_directory(ari, false)).await;
         assert_eq!(orders.len(), 1, "{orders:?}");
         assert_eq!(orders[0]["replaces"], id.as_str(), "{}", orders[0]);
         assert_eq!(orders[0].get("profile"), None, "{}", orders[0]);
 
         // Refused as a replacement: once more, without `replaces`.
-        let ca = NonceCa::with_directory(ari, true);
-        let _ = obtain_names(
-            &settings,
-            &names,
-            &Challenges::default(),
-            ChallengeKind::Auto,
-            ca.clone(),
-        )
-        .await;
-        let orders = ca.0.lock().unwrap().orders.clone();
+        let orders = orders_placed(&settings, &names, NonceCa::with_directory(ari, true)).await;
         assert_eq!(orders.len(), 2, "{orders:?}");
         assert_eq!(orders[0]["replaces"], id.as_str(), "{}", orders[0]);
         assert_eq!(orders[1].get("replaces"), None, "{}", orders[1]);
 
         // No ARI at the CA: one order, replacing nothing.
-        let ca = NonceCa::with_directory("", false);
+        let orders = orders_placed(&settings, &names, NonceCa::with_directory("", false)).await;
+        assert_eq!(orders.len(), 1, "{orders:?}");
+        assert_eq!(orders[0].get("replaces"), None, "{}", orders[0]);
+    }
+
+    /// The orders the fake CA `ca` received while `obtain_names` ran
+    /// against it (it has no challenge to validate: only the orders count).
+    async fn orders_placed(
+        settings: &AcmeSettings,
+        names: &[String],
+        ca: NonceCa,
+    ) -> Vec<serde_json::Value> {
         let _ = obtain_names(
-            &settings,
-            &names,
+            settings,
+            names,
             &Challenges::default(),
             ChallengeKind::Auto,
             ca.clone(),
         )
         .await;
         let orders = ca.0.lock().unwrap().orders.clone();
-        assert_eq!(orders.len(), 1, "{orders:?}");
-        assert_eq!(orders[0].get("replaces"), None, "{}", orders[0]);
+        orders
     }
 
     #[test]

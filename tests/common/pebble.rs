@@ -10,7 +10,7 @@ use std::fs::File;
 use std::net::{TcpListener as StdTcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, SanType};
 use tlsfront::acme::AcmeSettings;
@@ -91,25 +91,22 @@ pub fn free_dns_port() -> u16 {
 
 /// Wait (bounded) until something accepts TCP connections on `port`.
 fn wait_for_port(port: u16, what: &str, child: &mut Child, log: &Path) {
-    let deadline = Instant::now() + super::WAIT;
-    loop {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return;
-        }
+    super::wait_until(super::WAIT, format!("{what} on 127.0.0.1:{port}"), || {
         if let Ok(Some(status)) = child.try_wait() {
             panic!(
                 "{what} exited ({status}) before listening on {port}:\n{}",
                 std::fs::read_to_string(log).unwrap_or_default()
             );
         }
-        assert!(
-            Instant::now() < deadline,
-            "{what} did not listen on 127.0.0.1:{port} within {:?}:\n{}",
-            super::WAIT,
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        TcpStream::connect(("127.0.0.1", port))
+            .map(drop)
+            .map_err(|e| {
+                format!(
+                    "{e}; its log:\n{}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                )
+            })
+    });
 }
 
 /// A CA and a certificate for 127.0.0.1/localhost signed by it, for
