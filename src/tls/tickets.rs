@@ -42,6 +42,22 @@
 //! predecessors issued (nginx and HAProxy lose them at every restart or
 //! reload without key files).
 //!
+//! # Fleet
+//!
+//! Nodes of a fleet share keys handed in from outside ([`FleetKey`]: 80
+//! bytes of random material in the key-file layout, tagged with the number
+//! of the period it encrypts in; see [`TicketKeys::fleet`] and
+//! [`TicketKeys::install_fleet`]). Key `n` encrypts during period `n` by
+//! this node's clock and decrypts during periods `n - 1` to `n + 1`, so
+//! two nodes whose clocks differ by less than a period always open each
+//! other's tickets. Random keys rather than one seed shared by the fleet:
+//! a leaked seed would open every past and future ticket, an erased random
+//! key opens nothing. Until a key for the current period arrives (the
+//! fleet not reached yet, or late with the next key) the node encrypts
+//! with its own in-memory keys, so it still resumes its own sessions; those
+//! keep decrypting for their usual window, so tickets issued just before
+//! the fleet's key arrived still resume.
+//!
 //! # Config reloads
 //!
 //! Hold one `Arc<TicketKeys>` for the life of the process and put a clone
@@ -338,9 +354,28 @@ impl fmt::Debug for Seed {
     }
 }
 
-/// Period `n` of the wall clock is [n·P, (n+1)·P) since the Unix epoch.
-fn period_number(now: SystemTime, period: Duration) -> u64 {
+/// Period `n` of the wall clock is [n·P, (n+1)·P) since the Unix epoch,
+/// P in whole seconds (at least one). Public for the fleet's leader, which
+/// must number the keys it makes as every node's [`TicketKeys`] does.
+pub fn period_number(now: SystemTime, period: Duration) -> u64 {
     now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() / period.as_secs().max(1)
+}
+
+/// When period `n` starts (the inverse of [`period_number`]); `None` past
+/// what `SystemTime` holds.
+fn period_start(n: u64, period: Duration) -> Option<SystemTime> {
+    UNIX_EPOCH.checked_add(Duration::from_secs(n.checked_mul(period.as_secs().max(1))?))
+}
+
+/// Is a key of period `key` inside the window `current - before ..=
+/// current + after`? Written without arithmetic on `current` so that the
+/// ends of the `u64` range cannot overflow.
+fn in_window(key: u64, current: u64, before: u64, after: u64) -> bool {
+    if key <= current {
+        current - key <= before
+    } else {
+        key - current <= after
+    }
 }
 
 /// Keys derived from the seed: key `n` encrypts during period `n` and
@@ -398,10 +433,173 @@ impl Rotation {
     }
 }
 
+/// Bytes of a [`FleetKey`]'s material: the 80-byte key-file layout
+/// (name, HMAC key, AES-256 key; see the module documentation).
+pub const FLEET_KEY_LEN: usize = 80;
+
+/// A fleet's ticket key for one period, as the leader makes it and every
+/// node installs it (see the module documentation). The material is only
+/// ever held in a zeroizing buffer, so it is erased when the last copy is
+/// dropped.
+#[derive(Clone)]
+pub struct FleetKey {
+    period: u64,
+    material: Zeroizing<[u8; FLEET_KEY_LEN]>,
+}
+
+impl FleetKey {
+    /// A new key for period `period` (see [`period_number`]), from
+    /// aws-lc-rs' RNG; `None` if the RNG fails.
+    pub fn random(period: u64) -> Option<FleetKey> {
+        let mut material = Zeroizing::new([0u8; FLEET_KEY_LEN]);
+        rand::fill(&mut material[..]).ok()?;
+        Some(FleetKey { period, material })
+    }
+
+    /// A key read back (from etcd or a local copy): exactly
+    /// [`FLEET_KEY_LEN`] bytes, `None` for any other length, so a
+    /// truncated or padded value never becomes a key.
+    pub fn from_bytes(period: u64, material: &[u8]) -> Option<FleetKey> {
+        Some(FleetKey {
+            period,
+            material: Zeroizing::new(material.try_into().ok()?),
+        })
+    }
+
+    /// The period this key encrypts in.
+    pub fn period(&self) -> u64 {
+        self.period
+    }
+
+    /// The material, for sealing into etcd. Borrowed so that no copy
+    /// outside a zeroizing buffer is made here.
+    pub fn bytes(&self) -> &[u8; FLEET_KEY_LEN] {
+        &self.material
+    }
+}
+
+impl fmt::Debug for FleetKey {
+    /// The period and the key name only (the name is in clear in every
+    /// ticket anyway).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name: String = self.material[..NAME_LEN]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        f.debug_struct("FleetKey")
+            .field("period", &self.period)
+            .field("name", &name)
+            .finish()
+    }
+}
+
+/// Keys from the fleet, and this node's own rotating keys for the time no
+/// fleet key covers (see the module documentation).
+#[derive(Debug)]
+struct Fleet {
+    /// Each with its period, ordered by period then name, no name twice:
+    /// nodes given the same keys in any order pick the same one to
+    /// encrypt. Keys of periods before the last one are erased.
+    keys: Vec<(Key, u64)>,
+    /// Always rotated, also while a fleet key encrypts: a local key that
+    /// sealed tickets before the fleet's key arrived must keep opening
+    /// them for its usual window, and is ready when the fleet's next key
+    /// is late.
+    local: Rotation,
+}
+
+impl Fleet {
+    fn new(seed: Seed, keys: Vec<(Key, u64)>, now: SystemTime, period: Duration) -> Fleet {
+        let mut local = Rotation::new(seed);
+        local.rotate(now, period);
+        Fleet { keys, local }
+    }
+
+    /// Turn handed-in keys into ticket keys: those already expired are
+    /// dropped (erased) at once, the rest ordered as [`Fleet::keys`] says.
+    /// Keys for
+    /// periods further ahead than the next are kept: a node whose clock is
+    /// behind the leader's gets the key after next while still in the
+    /// period before, and needs it when its clock gets there.
+    fn prepare(given: Vec<FleetKey>, now: SystemTime, period: Duration) -> Vec<(Key, u64)> {
+        let current = period_number(now, period);
+        let mut keys: Vec<(Key, u64)> = given
+            .into_iter()
+            .filter(|k| !Fleet::expired(k.period, current))
+            // Fails only if aws-lc refuses a 32-byte AES key: such a key is
+            // left out rather than a panic.
+            .filter_map(|k| Some((Key::from_material(&k.material[..])?, k.period)))
+            .collect();
+        keys.sort_by(|(a, m), (b, n)| m.cmp(n).then(a.name.cmp(&b.name)));
+        let mut seen: Vec<[u8; NAME_LEN]> = Vec::with_capacity(keys.len());
+        keys.retain(|(k, _)| {
+            // The same key given twice (under one period or two): the
+            // first in the order above stays, so every node keeps the same.
+            let new = !seen.contains(&k.name);
+            seen.push(k.name);
+            new
+        });
+        keys
+    }
+
+    fn same_keys(&self, other: &[(Key, u64)]) -> bool {
+        self.keys.len() == other.len()
+            && self
+                .keys
+                .iter()
+                .zip(other)
+                .all(|((a, m), (b, n))| m == n && a.digest == b.digest)
+    }
+
+    /// The fleet's key of the current period if there is one, else the
+    /// local one; with its period number.
+    fn encrypting(&self, now: SystemTime, period: Duration) -> Option<(&Key, u64)> {
+        let n = period_number(now, period);
+        self.fleet_encrypting(n)
+            .or_else(|| self.local.encrypting(now, period).map(|(k, n)| (k, *n)))
+    }
+
+    fn fleet_encrypting(&self, current: u64) -> Option<(&Key, u64)> {
+        self.keys
+            .iter()
+            .find(|(_, n)| *n == current)
+            .map(|(k, n)| (k, *n))
+    }
+
+    fn decrypting(&self, now: SystemTime, period: Duration) -> impl Iterator<Item = &Key> {
+        let current = period_number(now, period);
+        self.keys
+            .iter()
+            .filter(move |(_, n)| in_window(*n, current, 1, 1))
+            .map(|(k, _)| k)
+            .chain(self.local.decrypting(now, period))
+    }
+
+    fn due(&self, now: SystemTime, period: Duration) -> bool {
+        let current = period_number(now, period);
+        self.local.due(now, period) || self.keys.iter().any(|(_, n)| Self::expired(*n, current))
+    }
+
+    /// Erase the fleet's keys no node should still accept, and rotate the
+    /// local ones.
+    fn rotate(&mut self, now: SystemTime, period: Duration) {
+        let current = period_number(now, period);
+        self.keys.retain(|(_, n)| !Self::expired(*n, current));
+        self.local.rotate(now, period);
+    }
+
+    /// Before the last period: no clock within a period of this one
+    /// encrypts with it any more.
+    fn expired(key: u64, current: u64) -> bool {
+        key < current && !in_window(key, current, 1, 0)
+    }
+}
+
 #[derive(Debug)]
 enum Keys {
     Files(KeyFiles),
     Rotating(Rotation),
+    Fleet(Fleet),
 }
 
 impl Keys {
@@ -409,6 +607,15 @@ impl Keys {
         match self {
             Keys::Files(_) => false,
             Keys::Rotating(r) => r.due(now, period),
+            Keys::Fleet(f) => f.due(now, period),
+        }
+    }
+
+    fn rotate(&mut self, now: SystemTime, period: Duration) {
+        match self {
+            Keys::Files(_) => {}
+            Keys::Rotating(r) => r.rotate(now, period),
+            Keys::Fleet(f) => f.rotate(now, period),
         }
     }
 
@@ -416,6 +623,16 @@ impl Keys {
         match self {
             Keys::Files(f) => f.keys.first(),
             Keys::Rotating(r) => r.encrypting(now, period).map(|(k, _)| k),
+            Keys::Fleet(f) => f.encrypting(now, period).map(|(k, _)| k),
+        }
+    }
+
+    /// The period of the key that encrypts now; `None` for file keys.
+    fn encrypting_period(&self, now: SystemTime, period: Duration) -> Option<u64> {
+        match self {
+            Keys::Files(_) => None,
+            Keys::Rotating(r) => r.encrypting(now, period).map(|(_, n)| *n),
+            Keys::Fleet(f) => f.encrypting(now, period).map(|(_, n)| n),
         }
     }
 
@@ -425,6 +642,7 @@ impl Keys {
         match self {
             Keys::Files(f) => f.keys.iter().find(|k| k.name == name),
             Keys::Rotating(r) => r.decrypting(now, period).find(|k| k.name == name),
+            Keys::Fleet(f) => f.decrypting(now, period).find(|k| k.name == name),
         }
     }
 }
@@ -435,8 +653,9 @@ type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 /// What [`TicketKeys::reload`] and [`TicketKeys::install`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reload {
-    /// The same keys as before (file contents unchanged, or still rotating
-    /// in memory): every outstanding ticket still resumes.
+    /// The same keys as before (file contents unchanged, still rotating
+    /// in memory, or the same fleet keys): every outstanding ticket still
+    /// resumes.
     Unchanged,
     /// Different keys: tickets resume only under keys still present.
     Replaced,
@@ -449,8 +668,8 @@ pub struct TicketKeys {
     /// What in-memory keys are derived from (also after a reload drops
     /// the key files).
     seed: Seed,
-    /// The lifetime hint sent with tickets, and the rotation period of
-    /// in-memory keys.
+    /// The lifetime hint sent with tickets, the rotation period of
+    /// in-memory keys, and the fleet's period.
     period: Duration,
     clock: Clock,
 }
@@ -489,6 +708,27 @@ impl TicketKeys {
         }
     }
 
+    /// Keys for a fleet node: the fleet's keys once
+    /// [`install_fleet`](Self::install_fleet) hands them in, keys derived
+    /// from `seed` until then and whenever no fleet key covers the current
+    /// period (see the module documentation). `period` is the fleet's; it
+    /// is also the lifetime hint, as a fleet key is accepted for at least
+    /// the period after the one it encrypts in.
+    pub fn fleet(period: Duration, seed: Seed) -> Self {
+        Self::fleet_with_clock(period, seed, Arc::new(SystemTime::now))
+    }
+
+    fn fleet_with_clock(period: Duration, seed: Seed, clock: Clock) -> Self {
+        let period = Duration::from_secs(period.as_secs().max(1));
+        let fleet = Fleet::new(seed.copy(), Vec::new(), clock(), period);
+        TicketKeys {
+            keys: RwLock::new(Keys::Fleet(fleet)),
+            seed,
+            period,
+            clock,
+        }
+    }
+
     /// The seed of the in-memory keys, to hand to a process that follows.
     pub fn seed(&self) -> &Seed {
         &self.seed
@@ -503,29 +743,71 @@ impl TicketKeys {
     }
 
     /// Age of the key that encrypts now: since its file was last written
-    /// for file keys, since it was made for in-memory keys.
+    /// for file keys, since the start of its period for in-memory and
+    /// fleet keys (when it began to encrypt, wherever it was made).
     pub fn key_age(&self) -> Duration {
         self.with_keys(|keys, now| match keys {
             Keys::Files(f) => f
                 .modified
                 .and_then(|m| SystemTime::now().duration_since(m).ok())
                 .unwrap_or_default(),
-            Keys::Rotating(r) => r
-                .encrypting(now, self.period)
-                .and_then(|(_, n)| {
-                    let start = UNIX_EPOCH + self.period.checked_mul(u32::try_from(*n).ok()?)?;
-                    now.duration_since(start).ok()
-                })
+            Keys::Rotating(_) | Keys::Fleet(_) => keys
+                .encrypting_period(now, self.period)
+                .and_then(|n| now.duration_since(period_start(n, self.period)?).ok())
                 .unwrap_or_default(),
         })
     }
 
-    /// How many keys decrypt now (the encrypting one included).
+    /// How many keys decrypt now (the encrypting one included): for a
+    /// fleet node the fleet's keys of this period and the two around it
+    /// that are present, and the node's own in-memory keys.
     pub fn key_count(&self) -> usize {
         self.with_keys(|keys, now| match keys {
             Keys::Files(f) => f.keys.len(),
             Keys::Rotating(r) => r.decrypting(now, self.period).count(),
+            Keys::Fleet(f) => f.decrypting(now, self.period).count(),
         })
+    }
+
+    /// The period of the fleet key that encrypts now; `None` when none
+    /// does (no fleet key for this period yet, so the node's own keys
+    /// encrypt, or not a fleet node): for the fleet's status and log.
+    pub fn fleet_encrypting(&self) -> Option<u64> {
+        self.with_keys(|keys, now| match keys {
+            Keys::Fleet(f) => f
+                .fleet_encrypting(period_number(now, self.period))
+                .map(|(_, n)| n),
+            Keys::Files(_) | Keys::Rotating(_) => None,
+        })
+    }
+
+    /// Replace the fleet's keys with `keys`: every key the fleet has, in
+    /// any order; those of periods before the last are left out (and
+    /// erased), those ahead are kept until their period comes. The node's
+    /// own in-memory keys stay, so tickets it sealed before still resume.
+    /// On a `TicketKeys` not made by [`fleet`](Self::fleet) it turns the
+    /// node into a fleet node (key files, if any, are dropped; keys that
+    /// were rotating in memory stay as the node's own). `Unchanged` when
+    /// the fleet's keys are the ones already in place.
+    pub fn install_fleet(&self, keys: Vec<FleetKey>) -> Reload {
+        let now = (self.clock)();
+        // The key schedules are made before the lock is taken, so ticket
+        // operations wait only for the swap.
+        let new = Fleet::prepare(keys, now, self.period);
+        let mut keys = self.keys.write().unwrap_or_else(PoisonError::into_inner);
+        match &mut *keys {
+            Keys::Fleet(f) if f.same_keys(&new) => Reload::Unchanged,
+            Keys::Fleet(f) => {
+                f.keys = new;
+                Reload::Replaced
+            }
+            // In-memory keys are derived from the same seed, so the fleet
+            // node's own keys are the ones that were rotating.
+            Keys::Files(_) | Keys::Rotating(_) => {
+                *keys = Keys::Fleet(Fleet::new(self.seed.copy(), new, now, self.period));
+                Reload::Replaced
+            }
+        }
     }
 
     /// For a config reload: read `paths` (none: keys rotated in memory)
@@ -542,12 +824,13 @@ impl TicketKeys {
 
     /// Put `files` in place (`None`: keys rotated in memory), unless they
     /// are the keys already in use. Keys already rotating in memory are
-    /// kept, so a reload without files drops no ticket.
+    /// kept, so a reload without files drops no ticket; so are a fleet
+    /// node's keys, which come from the fleet and not from the config.
     pub fn install(&self, files: Option<KeyFiles>) -> Reload {
         let now = (self.clock)();
         let mut keys = self.keys.write().unwrap_or_else(PoisonError::into_inner);
         match (&mut *keys, files) {
-            (Keys::Rotating(_), None) => Reload::Unchanged,
+            (Keys::Rotating(_) | Keys::Fleet(_), None) => Reload::Unchanged,
             (Keys::Files(old), Some(new)) if old.same_keys(&new) => {
                 // Rewritten with the same bytes: only the age changes.
                 old.modified = new.modified;
@@ -576,9 +859,7 @@ impl TicketKeys {
             }
         }
         let mut keys = self.keys.write().unwrap_or_else(PoisonError::into_inner);
-        if let Keys::Rotating(r) = &mut *keys {
-            r.rotate(now, self.period);
-        }
+        keys.rotate(now, self.period);
         f(&keys, now)
     }
 }
@@ -875,6 +1156,14 @@ mod tests {
         let long = TicketKeys::rotating(Duration::from_secs(30 * 24 * 3600), seed());
         assert_eq!(long.lifetime(), 7 * 24 * 3600);
         assert_eq!(TicketKeys::rotating(Duration::ZERO, seed()).lifetime(), 1);
+        // A fleet key opens at least through the period after its own.
+        let fleet = TicketKeys::fleet(Duration::from_secs(30 * 24 * 3600), seed());
+        assert_eq!(fleet.lifetime(), 7 * 24 * 3600);
+        assert_eq!(
+            TicketKeys::fleet(DEFAULT_ROTATION, seed()).lifetime(),
+            6 * 3600
+        );
+        assert_eq!(TicketKeys::fleet(Duration::ZERO, seed()).lifetime(), 1);
         assert!(TicketKeys::rotating(DEFAULT_ROTATION, seed()).enabled());
         let dir = tempfile::tempdir().unwrap();
         let (a, _) = key_file(dir.path(), "a", 80);
@@ -953,8 +1242,13 @@ mod tests {
         let (b, _) = key_file(dir.path(), "b", 48);
         let files = keys_from(&[&a, &b]);
         let rotating = TicketKeys::rotating(DEFAULT_ROTATION, seed());
+        let fleet = TicketKeys::fleet(DEFAULT_ROTATION, seed());
+        let n = period_number(SystemTime::now(), DEFAULT_ROTATION);
+        // Key a as the fleet's current key, so its name reaches the MAC.
+        let a_fleet = FleetKey::from_bytes(n, &a_bytes).unwrap();
+        fleet.install_fleet(vec![a_fleet, FleetKey::random(n + 1).unwrap()]);
         let valid = files.encrypt(b"some state").unwrap();
-        for keys in [&files, &rotating] {
+        for keys in [&files, &rotating, &fleet] {
             for len in 0..200 {
                 for _ in 0..20 {
                     let mut t = vec![0u8; len];
@@ -972,6 +1266,357 @@ mod tests {
         }
     }
 
+    /// Random keys for each period of `periods`, by period.
+    fn fleet_keys(periods: std::ops::RangeInclusive<u64>) -> Vec<FleetKey> {
+        periods.map(|n| FleetKey::random(n).unwrap()).collect()
+    }
+
+    /// The keys of `periods` from `all` (as the leader keeps them in etcd).
+    fn pick(all: &[FleetKey], periods: std::ops::RangeInclusive<u64>) -> Vec<FleetKey> {
+        all.iter()
+            .filter(|k| periods.contains(&k.period()))
+            .cloned()
+            .collect()
+    }
+
+    fn name(k: &FleetKey) -> &[u8] {
+        &k.bytes()[..16]
+    }
+
+    #[test]
+    fn fleet_nodes_with_different_seeds_resume_each_others_tickets() {
+        let period = Duration::from_secs(3600);
+        let (clock, _) = test_clock(period);
+        let n = period_number(clock(), period);
+        let keys = fleet_keys(n - 1..=n + 1);
+        let a = TicketKeys::fleet_with_clock(period, seed(), clock.clone());
+        let b = TicketKeys::fleet_with_clock(period, seed(), clock.clone());
+        assert_eq!(a.install_fleet(keys.clone()), Reload::Replaced);
+        // The watch hands them over in its own order: the same keys.
+        let mut reversed = keys.clone();
+        reversed.reverse();
+        assert_eq!(b.install_fleet(reversed), Reload::Replaced);
+        assert_eq!(a.install_fleet(keys.clone()), Reload::Unchanged);
+        assert_eq!(a.fleet_encrypting(), Some(n));
+
+        let from_a = a.encrypt(b"from a").unwrap();
+        assert_eq!(&from_a[..16], name(&keys[1]), "key n encrypts in period n");
+        assert_eq!(b.decrypt(&from_a).unwrap(), b"from a");
+        let from_b = b.encrypt(b"from b").unwrap();
+        assert_eq!(a.decrypt(&from_b).unwrap(), b"from b");
+
+        // Another fleet's keys open neither.
+        let c = TicketKeys::fleet_with_clock(period, seed(), clock);
+        c.install_fleet(fleet_keys(n - 1..=n + 1));
+        assert_eq!(c.decrypt(&from_a), None);
+        assert_eq!(a.decrypt(&c.encrypt(b"from c").unwrap()), None);
+    }
+
+    #[test]
+    fn a_fleet_ticket_opens_until_the_period_after_its_own_ends() {
+        let period = Duration::from_secs(3600);
+        let (clock, now) = test_clock(period);
+        let advance = |d: Duration| *now.lock().unwrap() += d;
+        let n = period_number(clock(), period);
+        let all = fleet_keys(n - 1..=n + 4);
+        let a = TicketKeys::fleet_with_clock(period, seed(), clock.clone());
+        let b = TicketKeys::fleet_with_clock(period, seed(), clock.clone());
+        // What the leader keeps during period `m`.
+        let leader = |m: u64| pick(&all, m - 1..=m + 1);
+        for node in [&a, &b] {
+            node.install_fleet(leader(n));
+        }
+        let ticket = a.encrypt(b"period n").unwrap();
+
+        // Period n + 1, to its last second: still accepted.
+        advance(period);
+        for node in [&a, &b] {
+            node.install_fleet(leader(n + 1));
+        }
+        assert_eq!(b.decrypt(&ticket).unwrap(), b"period n");
+        let next = b.encrypt(b"period n + 1").unwrap();
+        assert_eq!(&next[..16], name(&all[2]));
+        advance(period - Duration::from_secs(1));
+        assert_eq!(b.decrypt(&ticket).unwrap(), b"period n");
+
+        // Period n + 2: key n is erased, even while still handed in.
+        advance(Duration::from_secs(1));
+        assert_eq!(b.decrypt(&ticket), None);
+        assert_eq!(b.install_fleet(pick(&all, n..=n + 3)), Reload::Replaced);
+        assert_eq!(b.decrypt(&ticket), None);
+        assert_eq!(b.decrypt(&next).unwrap(), b"period n + 1");
+
+        // Period n + 3, with the newer keys: neither is accepted.
+        advance(period);
+        for node in [&a, &b] {
+            node.install_fleet(leader(n + 3));
+        }
+        assert_eq!(a.decrypt(&ticket), None);
+        assert_eq!(b.decrypt(&ticket), None);
+        assert_eq!(b.decrypt(&next), None);
+        let latest = a.encrypt(b"period n + 3").unwrap();
+        assert_eq!(&latest[..16], name(&all[4]));
+        assert_eq!(b.decrypt(&latest).unwrap(), b"period n + 3");
+    }
+
+    #[test]
+    fn without_a_fleet_key_tickets_work_on_this_node_only() {
+        let period = Duration::from_secs(3600);
+        let (clock, now) = test_clock(period);
+        let n = period_number(clock(), period);
+        let a = TicketKeys::fleet_with_clock(period, seed(), clock.clone());
+        let b = TicketKeys::fleet_with_clock(period, seed(), clock.clone());
+        assert_eq!(a.fleet_encrypting(), None);
+        let local = a.encrypt(b"local").unwrap();
+        assert_eq!(a.decrypt(&local).unwrap(), b"local");
+        assert_eq!(b.decrypt(&local), None);
+
+        // Only the next period's key: not for encrypting yet.
+        let keys = fleet_keys(n + 1..=n + 1);
+        a.install_fleet(keys.clone());
+        b.install_fleet(keys.clone());
+        assert_eq!(a.fleet_encrypting(), None);
+        let still_local = a.encrypt(b"still local").unwrap();
+        assert_ne!(&still_local[..16], name(&keys[0]));
+        assert_eq!(b.decrypt(&still_local), None);
+
+        // Its period: it encrypts, on both nodes.
+        *now.lock().unwrap() += period;
+        assert_eq!(a.fleet_encrypting(), Some(n + 1));
+        let shared = a.encrypt(b"shared").unwrap();
+        assert_eq!(b.decrypt(&shared).unwrap(), b"shared");
+
+        // The leader is late with key n + 2: back to local keys, and
+        // the fleet's key again once it comes.
+        *now.lock().unwrap() += period;
+        assert_eq!(a.fleet_encrypting(), None);
+        let late = a.encrypt(b"late").unwrap();
+        assert_eq!(a.decrypt(&late).unwrap(), b"late");
+        assert_eq!(b.decrypt(&late), None);
+        let keys = fleet_keys(n + 2..=n + 3);
+        a.install_fleet(keys.clone());
+        b.install_fleet(keys);
+        assert_eq!(a.fleet_encrypting(), Some(n + 2));
+        assert_eq!(b.decrypt(&a.encrypt(b"x").unwrap()).unwrap(), b"x");
+    }
+
+    #[test]
+    fn a_local_ticket_still_opens_after_the_fleet_key_arrives() {
+        let period = Duration::from_secs(3600);
+        let (clock, now) = test_clock(period);
+        let advance = |d: Duration| *now.lock().unwrap() += d;
+        let n = period_number(clock(), period);
+        let all = fleet_keys(n - 1..=n + 3);
+        let keys = TicketKeys::fleet_with_clock(period, seed(), clock);
+        let local = keys.encrypt(b"before the fleet").unwrap();
+
+        advance(period / 2);
+        assert_eq!(
+            keys.install_fleet(pick(&all, n - 1..=n + 1)),
+            Reload::Replaced
+        );
+        let fleet = keys.encrypt(b"from the fleet").unwrap();
+        assert_eq!(&fleet[..16], name(&all[1]));
+        assert_ne!(fleet[..16], local[..16]);
+        assert_eq!(keys.decrypt(&local).unwrap(), b"before the fleet");
+
+        // The local key's second period: still accepted.
+        advance(period);
+        keys.install_fleet(pick(&all, n..=n + 2));
+        assert_eq!(keys.decrypt(&local).unwrap(), b"before the fleet");
+        // Two periods after it was made: erased, as without a fleet.
+        advance(period);
+        keys.install_fleet(pick(&all, n + 1..=n + 3));
+        assert_eq!(keys.decrypt(&local), None);
+        assert_eq!(keys.fleet_encrypting(), Some(n + 2));
+    }
+
+    #[test]
+    fn clocks_apart_by_less_than_a_period_resume_each_others_tickets() {
+        let period = Duration::from_secs(3600);
+        let almost = period - Duration::from_secs(1);
+        let (clock, now) = test_clock(period);
+        let n = period_number(clock(), period);
+        let all = fleet_keys(n - 2..=n + 6);
+        let key_of = |m: u64| all.iter().find(|k| k.period() == m).unwrap();
+        let origin = clock();
+        // Node a ahead of the leader's clock, then behind it.
+        for ahead in [true, false] {
+            *now.lock().unwrap() = origin;
+            let skewed: Clock = {
+                let now = now.clone();
+                Arc::new(move || {
+                    let t = *now.lock().unwrap();
+                    if ahead {
+                        t + almost
+                    } else {
+                        t - almost
+                    }
+                })
+            };
+            let a = TicketKeys::fleet_with_clock(period, seed(), skewed.clone());
+            let b = TicketKeys::fleet_with_clock(period, seed(), clock.clone());
+            // Through four periods in uneven steps, the leader (on b's
+            // clock) keeping its three keys in both.
+            let mut step = 0;
+            while clock() < origin + period * 4 {
+                let m = period_number(clock(), period);
+                for node in [&a, &b] {
+                    node.install_fleet(pick(&all, m - 1..=m + 1));
+                }
+                let (pa, pb) = (
+                    period_number(skewed(), period),
+                    period_number(clock(), period),
+                );
+                let from_a = a.encrypt(b"a").unwrap();
+                let from_b = b.encrypt(b"b").unwrap();
+                // Each encrypts with the fleet's key of its own period.
+                assert_eq!(&from_a[..16], name(key_of(pa)), "{ahead} {step}");
+                assert_eq!(&from_b[..16], name(key_of(pb)), "{ahead} {step}");
+                assert_eq!(b.decrypt(&from_a).unwrap(), b"a", "{ahead} {step}");
+                assert_eq!(a.decrypt(&from_b).unwrap(), b"b", "{ahead} {step}");
+                *now.lock().unwrap() += Duration::from_secs(1237);
+                step += 1;
+            }
+        }
+    }
+
+    #[test]
+    fn a_key_for_a_later_period_waits_for_it() {
+        // A node behind the leader gets the key after next while still in
+        // the period before; dropping it would leave the node without a
+        // key when its clock gets there, if no other key came meanwhile.
+        let period = Duration::from_secs(3600);
+        let (clock, now) = test_clock(period);
+        let n = period_number(clock(), period);
+        let keys = TicketKeys::fleet_with_clock(period, seed(), clock);
+        let later = fleet_keys(n + 2..=n + 2);
+        keys.install_fleet(later.clone());
+        assert_eq!(keys.key_count(), 2, "the local keys only");
+        assert_eq!(keys.fleet_encrypting(), None);
+        *now.lock().unwrap() += period * 2;
+        assert_eq!(keys.fleet_encrypting(), Some(n + 2));
+        assert_eq!(&keys.encrypt(b"x").unwrap()[..16], name(&later[0]));
+    }
+
+    #[test]
+    fn fleet_key_count_and_age() {
+        let period = Duration::from_secs(3600);
+        let (clock, now) = test_clock(period);
+        let n = period_number(clock(), period);
+        let keys = TicketKeys::fleet_with_clock(period, seed(), clock);
+        // This period's local key and the last one's.
+        assert_eq!(keys.key_count(), 2);
+        assert_eq!(keys.key_age(), Duration::ZERO);
+        let all = fleet_keys(n - 1..=n + 1);
+        keys.install_fleet(all.clone());
+        assert_eq!(keys.key_count(), 5);
+        *now.lock().unwrap() += Duration::from_secs(600);
+        assert_eq!(keys.key_age(), Duration::from_secs(600));
+        // The same keys given twice count once; an expired one not at all.
+        let mut twice = all.clone();
+        twice.extend(all.clone());
+        twice.extend(fleet_keys(n - 3..=n - 2));
+        assert_eq!(keys.install_fleet(twice), Reload::Unchanged);
+        assert_eq!(keys.key_count(), 5);
+        // Two periods on, with no new key: key n + 1 still decrypts (its
+        // period just ended) beside the local keys, which encrypt.
+        *now.lock().unwrap() += period * 2;
+        assert_eq!(keys.key_count(), 3);
+        assert_eq!(keys.fleet_encrypting(), None);
+        assert_eq!(keys.key_age(), Duration::from_secs(600));
+        *now.lock().unwrap() += period;
+        assert_eq!(keys.key_count(), 2);
+        assert_eq!(keys.lifetime(), 3600);
+    }
+
+    #[test]
+    fn nodes_given_two_keys_for_one_period_pick_the_same() {
+        let period = Duration::from_secs(3600);
+        let (clock, _) = test_clock(period);
+        let n = period_number(clock(), period);
+        let both = fleet_keys(n..=n + 1)
+            .into_iter()
+            .map(|k| FleetKey::from_bytes(n, k.bytes()).unwrap())
+            .collect::<Vec<_>>();
+        let a = TicketKeys::fleet_with_clock(period, seed(), clock.clone());
+        let b = TicketKeys::fleet_with_clock(period, seed(), clock);
+        a.install_fleet(both.clone());
+        b.install_fleet(both.iter().rev().cloned().collect());
+        let from_a = a.encrypt(b"a").unwrap();
+        assert_eq!(from_a[..16], b.encrypt(b"b").unwrap()[..16]);
+        assert_eq!(b.decrypt(&from_a).unwrap(), b"a");
+        assert_eq!(a.key_count(), 4);
+    }
+
+    #[test]
+    fn fleet_key_material_has_one_size() {
+        let material = random::<120>();
+        for len in 0..=120 {
+            let key = FleetKey::from_bytes(7, &material[..len]);
+            assert_eq!(key.is_some(), len == FLEET_KEY_LEN, "{len}");
+        }
+        let key = FleetKey::from_bytes(7, &material[..80]).unwrap();
+        assert_eq!(key.period(), 7);
+        assert_eq!(key.bytes()[..], material[..80]);
+        let (r1, r2) = (FleetKey::random(1).unwrap(), FleetKey::random(1).unwrap());
+        assert_ne!(r1.bytes(), r2.bytes());
+        // Sealed and read back, it is the same key.
+        let period = Duration::from_secs(3600);
+        let (clock, _) = test_clock(period);
+        let n = period_number(clock(), period);
+        let made = FleetKey::random(n).unwrap();
+        let copy = FleetKey::from_bytes(n, &made.bytes()[..]).unwrap();
+        let a = TicketKeys::fleet_with_clock(period, seed(), clock.clone());
+        let b = TicketKeys::fleet_with_clock(period, seed(), clock);
+        a.install_fleet(vec![made]);
+        b.install_fleet(vec![copy]);
+        assert_eq!(b.decrypt(&a.encrypt(b"x").unwrap()).unwrap(), b"x");
+    }
+
+    #[test]
+    fn a_config_reload_keeps_the_fleet_keys() {
+        let period = Duration::from_secs(3600);
+        let (clock, _) = test_clock(period);
+        let n = period_number(clock(), period);
+        let keys = TicketKeys::fleet_with_clock(period, seed(), clock);
+        let all = fleet_keys(n - 1..=n + 1);
+        keys.install_fleet(all.clone());
+        let ticket = keys.encrypt(b"fleet").unwrap();
+        assert_eq!(keys.reload(&[]).unwrap(), Reload::Unchanged);
+        assert_eq!(keys.install(None), Reload::Unchanged);
+        assert_eq!(keys.fleet_encrypting(), Some(n));
+        assert_eq!(keys.decrypt(&ticket).unwrap(), b"fleet");
+        assert_eq!(keys.key_count(), 5);
+
+        // Key files replace them, as they replace keys rotating in memory.
+        let dir = tempfile::tempdir().unwrap();
+        let (f, f_bytes) = key_file(dir.path(), "f", 80);
+        assert_eq!(
+            keys.reload(std::slice::from_ref(&f)).unwrap(),
+            Reload::Replaced
+        );
+        assert_eq!(keys.decrypt(&ticket), None);
+        assert_eq!(keys.encrypt(b"x").unwrap()[..16], f_bytes[..16]);
+        assert_eq!(keys.fleet_encrypting(), None);
+        // And the fleet's keys replace files.
+        assert_eq!(keys.install_fleet(all), Reload::Replaced);
+        assert_eq!(keys.decrypt(&ticket).unwrap(), b"fleet");
+        assert_eq!(keys.fleet_encrypting(), Some(n));
+    }
+
+    #[test]
+    fn a_rotating_node_joining_a_fleet_keeps_its_tickets() {
+        let period = Duration::from_secs(3600);
+        let (clock, _) = test_clock(period);
+        let n = period_number(clock(), period);
+        let keys = TicketKeys::rotating_with_clock(period, seed(), clock);
+        let before = keys.encrypt(b"before").unwrap();
+        assert_eq!(keys.install_fleet(fleet_keys(n..=n)), Reload::Replaced);
+        assert_eq!(keys.fleet_encrypting(), Some(n));
+        assert_eq!(keys.decrypt(&before).unwrap(), b"before");
+    }
+
     #[test]
     fn debug_shows_no_secret() {
         let dir = tempfile::tempdir().unwrap();
@@ -984,6 +1629,18 @@ mod tests {
         assert!(
             format!("{:?}", TicketKeys::rotating(DEFAULT_ROTATION, seed())).contains("Rotating")
         );
+        let key = FleetKey::random(9).unwrap();
+        let fleet = TicketKeys::fleet(DEFAULT_ROTATION, seed());
+        fleet.install_fleet(vec![
+            key.clone(),
+            FleetKey::random(period_number(SystemTime::now(), DEFAULT_ROTATION)).unwrap(),
+        ]);
+        for shown in [format!("{key:?}"), format!("{fleet:?}")] {
+            assert!(shown.contains("Fleet"), "{shown}");
+            assert!(!shown.contains(&hex(&key.bytes()[16..24])), "{shown}");
+            assert!(!shown.contains(&hex(&key.bytes()[48..56])), "{shown}");
+        }
+        assert!(format!("{key:?}").contains(&hex(&key.bytes()[..16])));
     }
 
     /// Resumption across two rustls servers, driven in memory.
@@ -1094,6 +1751,39 @@ mod tests {
                 assert_eq!(connect(&cl, &behind), HandshakeKind::Full, "{version:?}");
                 assert_eq!(connect(&cl, &b), HandshakeKind::Resumed, "{version:?}");
 
+                let cl = client(&id, version);
+                assert_eq!(connect(&cl, &a), HandshakeKind::Full, "{version:?}");
+                assert_eq!(connect(&cl, &c), HandshakeKind::Full, "{version:?}");
+            }
+        }
+
+        #[test]
+        fn a_session_from_one_fleet_node_resumes_on_another() {
+            let id = identity();
+            let period = DEFAULT_ROTATION;
+            let n = period_number(SystemTime::now(), period);
+            let node = || Arc::new(TicketKeys::fleet(period, seed()));
+            let (ka, kb, kc) = (node(), node(), node());
+            let (a, b, c) = (server(&id, &ka), server(&id, &kb), server(&id, &kc));
+            for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+                // No fleet key yet: each node resumes only its own.
+                let cl = client(&id, version);
+                assert_eq!(connect(&cl, &a), HandshakeKind::Full, "{version:?}");
+                assert_eq!(connect(&cl, &b), HandshakeKind::Full, "{version:?}");
+                assert_eq!(connect(&cl, &b), HandshakeKind::Resumed, "{version:?}");
+            }
+            // A and B get the fleet's keys, C another fleet's.
+            let keys = fleet_keys(n - 1..=n + 1);
+            ka.install_fleet(keys.clone());
+            kb.install_fleet(keys);
+            kc.install_fleet(fleet_keys(n - 1..=n + 1));
+            for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+                let cl = client(&id, version);
+                assert_eq!(connect(&cl, &a), HandshakeKind::Full, "{version:?}");
+                assert_eq!(connect(&cl, &b), HandshakeKind::Resumed, "{version:?}");
+                let cl = client(&id, version);
+                assert_eq!(connect(&cl, &b), HandshakeKind::Full, "{version:?}");
+                assert_eq!(connect(&cl, &a), HandshakeKind::Resumed, "{version:?}");
                 let cl = client(&id, version);
                 assert_eq!(connect(&cl, &a), HandshakeKind::Full, "{version:?}");
                 assert_eq!(connect(&cl, &c), HandshakeKind::Full, "{version:?}");
