@@ -37,7 +37,7 @@ if ((${#apt_missing[@]})); then
     apt-get install -y -qq --no-install-recommends "${apt_missing[@]}"
   }
   # Debian starts packaged services: the tests run their own instances.
-  for svc in nginx haproxy named; do
+  for svc in nginx haproxy named etcd; do
     systemctl stop "$svc" >/dev/null 2>&1 || true
   done
 fi

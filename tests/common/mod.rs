@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod etcd;
 pub mod h2;
 pub mod pebble;
 pub mod peers;
