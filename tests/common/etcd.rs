@@ -44,6 +44,12 @@ const BCRYPT_COST: &str = "4";
 /// milliseconds).
 const CTL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// etcdctl's bound on one look at health or status while the harness
+/// waits: a member that cannot answer yet (or has died, which the next
+/// look notices) should cost one short look, not a long one; the wait
+/// itself has its own, longer, bound.
+const POLL_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// Lines of each member's log shown when a wait fails or a test panics.
 const TAIL_LINES: usize = 25;
 
@@ -312,7 +318,10 @@ impl EtcdCluster {
             if let Some((_, said)) = self.exited() {
                 panic!("{said}");
             }
-            let out = self.ctl().run(&["endpoint", "status", "-w", "json"]);
+            let out = self
+                .ctl()
+                .timeout(POLL_TIMEOUT)
+                .run(&["endpoint", "status", "-w", "json"]);
             let text = String::from_utf8_lossy(&out.stdout);
             let entries: Vec<serde_json::Value> =
                 serde_json::from_str(text.trim()).map_err(|e| {
@@ -436,7 +445,10 @@ impl EtcdCluster {
 
     /// Every running member healthy, or what is not.
     fn health(&self) -> Result<(), String> {
-        let out = self.ctl().run(&["endpoint", "health", "-w", "json"]);
+        let out = self
+            .ctl()
+            .timeout(POLL_TIMEOUT)
+            .run(&["endpoint", "health", "-w", "json"]);
         let text = String::from_utf8_lossy(&out.stdout);
         let entries: Vec<serde_json::Value> = serde_json::from_str(text.trim()).map_err(|e| {
             format!(
@@ -464,23 +476,26 @@ impl EtcdCluster {
         }
     }
 
-    /// A member the harness started that has exited by itself (reaped
-    /// and marked not running now): its index and what to say of it.
+    /// A member the harness started that has exited by itself: its
+    /// index and what to say of it. Every member found exited is reaped
+    /// and marked not running.
     fn exited(&mut self) -> Option<(usize, String)> {
-        for i in 0..self.len() {
-            let Some(child) = self.members[i].child.as_mut() else {
+        let mut first = None;
+        for (i, m) in self.members.iter_mut().enumerate() {
+            let Some(child) = m.child.as_mut() else {
                 continue;
             };
             if let Ok(Some(status)) = child.try_wait() {
-                self.members[i].child = None;
-                let said = format!(
-                    "etcd member {i} exited by itself ({status}):\n{}",
-                    self.log_tails()
-                );
-                return Some((i, said));
+                m.child = None;
+                first.get_or_insert((i, status));
             }
         }
-        None
+        let (i, status) = first?;
+        let said = format!(
+            "etcd member {i} exited by itself ({status}):\n{}",
+            self.log_tails()
+        );
+        Some((i, said))
     }
 
     /// Start member `i`'s process, its output appended to its log.
