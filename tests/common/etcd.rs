@@ -21,15 +21,15 @@ use std::time::Duration;
 
 use super::{tool, wait_until, WAIT};
 
-/// Raft's heartbeat and election timeout, in milliseconds. etcd's defaults
-/// (100 and 1000) suit dedicated servers; here three members share two
-/// cores with builds and other tests, and a follower that misses the
+/// Raft's heartbeat and election timeout, in milliseconds, raised from
+/// etcd's defaults, which suit dedicated servers. Here the members share
+/// two cores with builds and other tests, and a follower that misses the
 /// leader's heartbeats for one election timeout campaigns: the test then
 /// sees a leader change it did not cause, and a put fails with "leader
-/// changed". Heartbeats at 250 ms with an election timeout ten times as
-/// long (etcd refuses less than five times) let a member stall for
-/// seconds before anyone campaigns. The price: a leader killed on purpose is
-/// replaced after one to two election timeouts (raft randomises it).
+/// changed". Longer ones, in the ratio of etcd's defaults (etcd refuses an
+/// election timeout under five heartbeats), let a member stall for seconds
+/// before anyone campaigns. The price: a leader killed on purpose is
+/// replaced only after one to two election timeouts (raft randomises it).
 const HEARTBEAT_MS: u32 = 250;
 const ELECTION_MS: u32 = 2500;
 
@@ -39,9 +39,8 @@ const ELECTION_MS: u32 = 2500;
 /// that is short of it; the cost protects nothing in a test.
 const BCRYPT_COST: &str = "4";
 
-/// etcdctl's bound on a command unless a test sets one: twice etcd's own
-/// default, for a loaded machine (a healthy cluster answers in
-/// milliseconds).
+/// etcdctl's bound on a command unless a test sets one: longer than its
+/// own default, for a loaded machine (a healthy cluster answers at once).
 const CTL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// etcdctl's bound on one look at health or status while the harness
