@@ -22,6 +22,7 @@ pub mod check;
 pub mod cli;
 pub mod config;
 pub mod files;
+pub mod fleet;
 pub mod http;
 pub mod ktls;
 pub mod lograte;

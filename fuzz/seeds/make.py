@@ -6,7 +6,8 @@ listener: curl's request head, and the ClientHellos of curl and
 ticket from a local `openssl s_server`, so it carries pre_shared_key).
 PROXY headers are the examples of HAProxy's proxy-protocol.txt; the config
 is README's example; DNS-01's answers are built as the unit tests in
-src/acme/dns01.rs build them, and its key files come from tsig-keygen.
+src/acme/dns01.rs build them, and its key files come from tsig-keygen;
+sealed fleet values carry the fuzz keys' ids.
 Seeds are small on purpose: libFuzzer grows its own corpus from them."""
 import os, socket, struct, subprocess, sys, tempfile, threading, time
 
@@ -208,6 +209,23 @@ default = true
         put("ticket_decrypt", name, data)
 
     dns()
+    fleet()
+
+
+def fleet():
+    """Sealed fleet values' headers under the fuzz target's key ids
+    (fuzz_targets/fleet_open.rs: key A is 32 bytes of 0x5a, B of 0xa5), so
+    inputs reach the tag check; an unknown id and a short one besides."""
+    import hashlib, hmac
+    key_id = lambda b: hmac.new(bytes([b]) * 32, b"tlsfront fleet key id", hashlib.sha256).digest()[:8]
+    for name, data in [
+        ("key-a-empty", b"TFS1" + key_id(0x5a) + bytes(range(12)) + b"\x00" * 16),
+        ("key-a-body", b"TFS1" + key_id(0x5a) + bytes(range(12)) + bytes(range(64))),
+        ("key-b-body", b"TFS1" + key_id(0xa5) + bytes(range(12)) + bytes(range(40))),
+        ("unknown-id", b"TFS1" + b"\xff" * 8 + bytes(range(28))),
+        ("short", b"TFS1" + key_id(0x5a) + bytes(12)),
+    ]:
+        put("fleet_open", name, data)
 
 
 def dns_name(name):
