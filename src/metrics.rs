@@ -493,6 +493,73 @@ impl Collector for Process {
     }
 }
 
+/// The `tlsfront_fleet_*` families of a fleet node (`[fleet]`), read
+/// from its status at each scrape.
+struct Fleet(std::sync::Arc<crate::fleet::node::Node>);
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Fleet")
+    }
+}
+
+impl Collector for Fleet {
+    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use crate::fleet::etcd::EtcdErrorKind;
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = &self.0.status;
+        let gauge = |v: i64| ConstGauge::new(v);
+        const_metric(
+            &mut e,
+            "tlsfront_fleet_etcd_up",
+            "Whether this node holds a working session with the fleet's etcd (1) or not (0)",
+            None,
+            gauge(i64::from(s.etcd_up.load(Relaxed))),
+        )?;
+        const_metric(
+            &mut e,
+            "tlsfront_fleet_last_sync_timestamp",
+            "When this node last caught up with etcd (0: never), Unix time",
+            Some(&Unit::Seconds),
+            gauge(i64::try_from(s.last_sync.load(Relaxed)).unwrap_or(i64::MAX)),
+        )?;
+        const_metric(
+            &mut e,
+            "tlsfront_fleet_revision",
+            "The etcd revision this node applied last",
+            None,
+            gauge(s.revision.load(Relaxed)),
+        )?;
+        const_metric(
+            &mut e,
+            "tlsfront_fleet_order_locks_held",
+            "ACME order locks this node holds in etcd now",
+            None,
+            gauge(s.locks_held.load(Relaxed)),
+        )?;
+        const_metric(
+            &mut e,
+            "tlsfront_fleet_certificates_applied",
+            "Certificates other nodes obtained, stored by this node",
+            None,
+            ConstCounter::new(s.applied.load(Relaxed)),
+        )?;
+        let m = e.encode_descriptor(
+            "tlsfront_fleet_etcd_errors",
+            "Errors talking to etcd, by kind",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        let mut m = m;
+        for (i, kind) in EtcdErrorKind::ALL.iter().enumerate() {
+            let label = [("kind", kind.label())];
+            let f = m.encode_family(&label)?;
+            ConstCounter::new(s.errors[i].load(Relaxed)).encode(f)?;
+        }
+        Ok(())
+    }
+}
+
 /// Seconds since the Unix epoch, now.
 fn unix_now() -> f64 {
     SystemTime::now()
@@ -678,6 +745,17 @@ pub struct Metrics {
     /// The sites' handles by label: a site rebuilt by a reload keeps
     /// counting where it was.
     sites: Mutex<HashMap<Arc<str>, Arc<SiteMetrics>>>,
+}
+
+impl Metrics {
+    /// The metrics of a fleet node: the usual ones and `tlsfront_fleet_*`.
+    pub fn with_fleet(node: Option<std::sync::Arc<crate::fleet::node::Node>>) -> Metrics {
+        let mut m = Metrics::default();
+        if let Some(node) = node {
+            m.registry.register_collector(Box::new(Fleet(node)));
+        }
+        m
+    }
 }
 
 impl Default for Metrics {

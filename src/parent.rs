@@ -79,6 +79,11 @@ impl Held {
         // The TSIG key of DNS-01 updates (read again at each reload).
         held.files
             .extend(settings.acme.dns.iter().map(|d| d.key_file.clone()));
+        // The fleet's key files, etcd's CA, client certificate and key, and
+        // password (restart-only: read for each server process it starts).
+        if let Some(f) = &settings.fleet {
+            held.files.extend(f.secret_files().cloned());
+        }
         for site in &settings.sites {
             for (cert, key) in &site.certs {
                 held.files.insert(cert.clone());

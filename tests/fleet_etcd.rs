@@ -191,3 +191,318 @@ fn harness_etcd_tls_and_auth_variants() {
     );
     eprintln!("etcd: TLS and auth self-test took {:?}", t0.elapsed());
 }
+
+// ---- tlsfront nodes on the cluster ----
+
+use common::pebble::{free_tcp_port, start_pebble_issuing_for, Pebble};
+use common::peers::haproxy_tcp_balancer;
+use common::Server;
+use std::path::Path;
+
+/// A node's config: its own state directory, port and document root (its
+/// `who.txt` names it), one `acme = true` site, and `[fleet]` on `etcd`
+/// under `prefix`, with `extra` lines in `[fleet]`.
+fn node_config(
+    dir: &Path,
+    node: &str,
+    pebble: &Pebble,
+    etcd: &EtcdCluster,
+    prefix: &str,
+    name: &str,
+    extra: &str,
+) -> std::path::PathBuf {
+    let www = dir.join(format!("www-{node}"));
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("who.txt"), format!("{node}\n")).unwrap();
+    let key = dir.join("fleet.key");
+    if !key.exists() {
+        std::fs::write(&key, common::content(32, 29)).unwrap();
+    }
+    let endpoints: Vec<String> = etcd.endpoints().iter().map(|e| format!("{e:?}")).collect();
+    let config = dir.join(format!("{node}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "acme_directory = {:?}\nacme_ca_roots = {:?}\nstate_dir = {:?}\naccept_proxy = true\n\
+             admin = \"127.0.0.1:0\"\n\
+             [[site]]\nnames = [\"{name}\"]\nacme = true\nroot = {:?}\n\
+             [fleet]\nendpoints = [{}]\nkey_files = [{:?}]\nnode = \"{node}\"\nprefix = \"{prefix}\"\n{extra}",
+            pebble.directory,
+            pebble.https_ca.display().to_string(),
+            dir.join(format!("state-{node}")).display().to_string(),
+            www.display().to_string(),
+            endpoints.join(", "),
+            key.display().to_string(),
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// The SHA-256 of the certificate a node (which takes PROXY headers only)
+/// serves for `name`: a PROXY v1 header as HAProxy would send, then a
+/// rustls handshake verifying the chain against pebble's root.
+fn served(port: u16, name: &str, root: &Path) -> String {
+    use std::io::Write;
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    tcp.write_all(b"PROXY TCP4 127.0.0.1 127.0.0.1 40000 443\r\n")
+        .unwrap();
+    let server_name = rustls::pki_types::ServerName::try_from(name.to_string()).unwrap();
+    let mut conn = rustls::ClientConnection::new(common::client_config(root), server_name).unwrap();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp)
+            .unwrap_or_else(|e| panic!("handshake with 127.0.0.1:{port} for {name}: {e}"));
+    }
+    let leaf = &conn.peer_certificates().unwrap()[0];
+    common::sha256(leaf.as_ref())
+}
+
+/// Every node's certificate for `name` (see [`served`]).
+fn served_by_all(ports: &[u16], name: &str, root: &Path) -> Vec<String> {
+    ports.iter().map(|&p| served(p, name, root)).collect()
+}
+
+/// Pebble's root, in a file.
+fn pebble_root(pebble: &Pebble, dir: &Path) -> std::path::PathBuf {
+    let root = dir.join("pebble-root.pem");
+    std::fs::write(&root, pebble.mgmt_get("/roots/0")).unwrap();
+    root
+}
+
+/// What `node` printed about `name`'s certificate arriving: issued here,
+/// or stored from another node.
+fn got_certificate(server: &Server, name: &str) -> bool {
+    let out = server.output();
+    out.contains(&format!("for {name}, valid until"))
+        || out.contains(&format!("fleet: certificate for {name} from node"))
+}
+
+/// Three nodes behind HAProxy (TCP, PROXY v2), each able to order, the CA
+/// validating through HAProxy (so at whichever node it lands): one order
+/// for the whole fleet, the same certificate on every node, validation
+/// answered wherever it arrives; then the renewal, again once, reaches
+/// every node without a reload.
+#[test]
+fn fleet_orders_each_certificate_once_and_every_node_serves_it() {
+    let etcd = EtcdCluster::start(3, EtcdOptions::default());
+    let dir = tempfile::tempdir().unwrap();
+    let ports = [free_tcp_port(), free_tcp_port(), free_tcp_port()];
+    let lb = haproxy_tcp_balancer(&ports);
+    // Short-lived: renewed two thirds in, within the test.
+    let pebble = start_pebble_issuing_for(lb.port, Some(Duration::from_secs(40)));
+    let name = "once.fleet.test";
+    let nodes: Vec<Server> = ["a", "b", "c"]
+        .iter()
+        .zip(ports)
+        .map(|(node, port)| {
+            let config = node_config(dir.path(), node, &pebble, &etcd, "/t-once/", name, "");
+            Server::run(&config, &["--listen", &format!("127.0.0.1:{port}")])
+        })
+        .collect();
+    wait_until(WAIT, "every node to have the certificate", || {
+        let missing: Vec<usize> = (0..3)
+            .filter(|&i| !got_certificate(&nodes[i], name))
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("nodes {missing:?} lack it"))
+        }
+    });
+    let issuers: Vec<usize> = (0..3)
+        .filter(|&i| {
+            nodes[i]
+                .output()
+                .contains(&format!("for {name}, valid until"))
+        })
+        .collect();
+    assert_eq!(issuers.len(), 1, "one node orders: {issuers:?}");
+    assert_eq!(pebble.posts_to("/order-plz"), 1, "{}", pebble.log());
+    let root = pebble_root(&pebble, dir.path());
+    let first = served_by_all(&ports, name, &root);
+    assert!(first.iter().all(|f| *f == first[0]), "{first:?}");
+
+    // The renewal: one more order, and every node serves the new one.
+    wait_until(WAIT, "every node to serve the renewed certificate", || {
+        let now = served_by_all(&ports, name, &root);
+        if now.iter().all(|f| *f != first[0]) {
+            Ok(())
+        } else {
+            Err(format!("{now:?}"))
+        }
+    });
+    let now = served_by_all(&ports, name, &root);
+    let orders = pebble.posts_to("/order-plz");
+    assert!(
+        (2..=3).contains(&orders),
+        "one order per renewal ({orders}): {}",
+        pebble.log()
+    );
+    assert!(now.iter().all(|f| *f == now[0]), "{now:?}");
+    drop(lb);
+    for n in nodes {
+        let (status, _) = n.stop();
+        assert!(status.success());
+    }
+}
+
+/// One node orders; the two others never do (`order = false`) and alone
+/// sit behind the balancer the CA validates through: the order succeeds
+/// only because they answer from what the first node put in etcd.
+#[test]
+fn fleet_nodes_answer_the_validation_of_another_nodes_order() {
+    let etcd = EtcdCluster::start(3, EtcdOptions::default());
+    let dir = tempfile::tempdir().unwrap();
+    let ports = [free_tcp_port(), free_tcp_port(), free_tcp_port()];
+    let lb = haproxy_tcp_balancer(&ports[1..]);
+    let pebble = start_pebble_issuing_for(lb.port, None);
+    let name = "answers.fleet.test";
+    let nodes: Vec<Server> = ["a", "b", "c"]
+        .iter()
+        .zip(ports)
+        .map(|(node, port)| {
+            let extra = if *node == "a" { "" } else { "order = false\n" };
+            let config = node_config(dir.path(), node, &pebble, &etcd, "/t-answer/", name, extra);
+            Server::run(&config, &["--listen", &format!("127.0.0.1:{port}")])
+        })
+        .collect();
+    nodes[0].wait_for_output(&format!("for {name}, valid until"), 1);
+    for n in &nodes[1..] {
+        n.wait_for_output(
+            &format!("fleet: certificate for {name} from node a stored"),
+            1,
+        );
+        assert!(
+            n.output().contains("this node does not order"),
+            "{}",
+            n.output()
+        );
+    }
+    assert_eq!(pebble.posts_to("/order-plz"), 1, "{}", pebble.log());
+    for (i, n) in nodes.iter().enumerate() {
+        let m = n.metrics();
+        assert!(m.contains("tlsfront_fleet_etcd_up 1"), "{m}");
+        let applied = if i == 0 { 0 } else { 1 };
+        assert!(
+            m.contains(&format!(
+                "tlsfront_fleet_certificates_applied_total {applied}"
+            )),
+            "{m}"
+        );
+        assert!(m.contains("tlsfront_fleet_order_locks_held 0"), "{m}");
+    }
+    let fp = served_by_all(&ports, name, &pebble_root(&pebble, dir.path()));
+    assert!(fp.iter().all(|f| *f == fp[0]), "{fp:?}");
+    drop(lb);
+}
+
+/// `config check` with `[fleet]`: every member reached and described, and
+/// the node's access to its prefix checked, over TLS with a client
+/// certificate and etcd's users; each wrong setting named with its fix.
+#[test]
+fn config_check_reaches_etcd_and_names_what_is_wrong() {
+    let etcd = EtcdCluster::start(1, EtcdOptions::default().with_tls().with_auth("/t-check/"));
+    let tls = etcd.tls.clone().unwrap();
+    let auth = etcd.auth.clone().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("fleet.key");
+    std::fs::write(&key, common::content(32, 7)).unwrap();
+    let password = dir.path().join("etcd.password");
+    std::fs::write(&password, format!("{}\n", auth.password)).unwrap();
+    let wrong = dir.path().join("wrong.password");
+    std::fs::write(&wrong, "not-it\n").unwrap();
+    let config = |endpoints: &[String], extra: &str| {
+        let path = dir.path().join("check.toml");
+        let endpoints: Vec<String> = endpoints.iter().map(|e| format!("{e:?}")).collect();
+        std::fs::write(
+            &path,
+            format!(
+                "root = {:?}\n[fleet]\nendpoints = [{}]\nkey_files = [{:?}]\nnode = \"n1\"\n{extra}",
+                dir.path().display().to_string(),
+                endpoints.join(", "),
+                key.display().to_string()
+            ),
+        )
+        .unwrap();
+        common::config_check(&path)
+    };
+    let tls_lines = format!(
+        "ca = {:?}\ncert = {:?}\nkey = {:?}\n",
+        tls.ca.display().to_string(),
+        tls.client_cert.display().to_string(),
+        tls.client_key.display().to_string()
+    );
+    let user = |file: &Path| {
+        format!(
+            "user = \"{}\"\npassword_file = {:?}\n",
+            auth.user,
+            file.display().to_string()
+        )
+    };
+    let endpoints = etcd.endpoints();
+
+    let (ok, out) = config(
+        &endpoints,
+        &format!("{tls_lines}{}prefix = \"/t-check/\"\n", user(&password)),
+    );
+    assert!(ok, "{out}");
+    assert!(out.contains(": version 3."), "{out}");
+    assert!(out.contains(", leader, database "), "{out}");
+    assert!(
+        out.contains(&format!(
+            "node n1 reads and writes /t-check/ (0 keys there now), as etcd user {}",
+            auth.user
+        )),
+        "{out}"
+    );
+    // The write check wrote nothing.
+    assert_eq!(etcd.get("/t-check/nodes/n1"), None);
+
+    let (ok, out) = config(
+        &endpoints,
+        &format!("{tls_lines}{}prefix = \"/t-check/\"\n", user(&wrong)),
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("check [fleet] user and the password in password_file"),
+        "{out}"
+    );
+
+    let (ok, out) = config(
+        &endpoints,
+        &format!("{tls_lines}{}prefix = \"/elsewhere/\"\n", user(&password)),
+    );
+    assert!(!ok, "{out}");
+    assert!(out.contains("etcdctl role grant-permission"), "{out}");
+
+    // etcd's own CA not given: the server's certificate is not trusted.
+    let other = common::Ca::named("not etcd's");
+    let (other_ca, _) = other.issue("x.pem", &["x.test".to_string()], false);
+    let (ok, out) = config(
+        &endpoints,
+        &format!(
+            "ca = {:?}\ncert = {:?}\nkey = {:?}\n{}prefix = \"/t-check/\"\n",
+            other_ca.display().to_string(),
+            tls.client_cert.display().to_string(),
+            tls.client_key.display().to_string(),
+            user(&password)
+        ),
+    );
+    assert!(!ok, "{out}");
+    assert!(out.contains("check [fleet] ca"), "{out}");
+
+    // Nothing listens there.
+    let dead = format!("https://127.0.0.1:{}", free_tcp_port());
+    let (ok, out) = config(
+        std::slice::from_ref(&dead),
+        &format!("{tls_lines}{}", user(&password)),
+    );
+    assert!(!ok, "{out}");
+    assert!(out.contains(&format!("etcd at {dead}")), "{out}");
+    assert!(out.contains("check [fleet] endpoints"), "{out}");
+
+    // Settings refused before anything is reached.
+    let (ok, out) = config(&endpoints, "");
+    assert!(!ok && out.contains("setting [fleet] ca"), "{out}");
+}

@@ -135,13 +135,15 @@ impl Challenges {
 
     /// Answer HTTP-01 for `token` until the returned guard is dropped.
     pub(crate) fn answer_http(&self, token: &str, key_authorization: &str) -> AnsweringHttp {
+        let answer: Arc<str> = key_authorization.into();
         self.http
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(token.to_string(), key_authorization.into());
+            .insert(token.to_string(), answer.clone());
         AnsweringHttp {
             challenges: self.clone(),
             token: token.to_string(),
+            answer,
         }
     }
 
@@ -159,39 +161,58 @@ impl Challenges {
     /// so that every exit from `obtain` (errors included) takes it down.
     pub(crate) fn answer(&self, name: &str, key: Arc<CertifiedKey>) -> Answering {
         let name = name.to_ascii_lowercase();
-        self.write().insert(name.clone(), key);
+        self.write().insert(name.clone(), key.clone());
         Answering {
             challenges: self.clone(),
             name,
+            key,
         }
     }
 }
 
-/// A challenge certificate that is up; dropping this takes it down.
+/// A challenge certificate that is up; dropping this takes it down,
+/// unless another answer for the name replaced it meanwhile (a fleet node
+/// answers its own order's challenge twice: from the order, and from
+/// etcd's copy).
 pub(crate) struct Answering {
     challenges: Challenges,
     name: String,
+    key: Arc<CertifiedKey>,
 }
 
 impl Drop for Answering {
     fn drop(&mut self) {
-        self.challenges.write().remove(&self.name);
+        let mut map = self.challenges.write();
+        if map
+            .get(&self.name)
+            .is_some_and(|k| Arc::ptr_eq(k, &self.key))
+        {
+            map.remove(&self.name);
+        }
     }
 }
 
-/// An HTTP-01 answer that is up; dropping this takes it down.
+/// An HTTP-01 answer that is up; dropping this takes it down (unless
+/// replaced, as above).
 pub(crate) struct AnsweringHttp {
     challenges: Challenges,
     token: String,
+    answer: Arc<str>,
 }
 
 impl Drop for AnsweringHttp {
     fn drop(&mut self) {
-        self.challenges
+        let mut map = self
+            .challenges
             .http
             .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&self.token);
+            .unwrap_or_else(|e| e.into_inner());
+        if map
+            .get(&self.token)
+            .is_some_and(|a| Arc::ptr_eq(a, &self.answer))
+        {
+            map.remove(&self.token);
+        }
     }
 }
 

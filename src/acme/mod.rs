@@ -22,7 +22,7 @@
 //!   reads as "nothing stored" and is repaired by the next issuance.
 
 mod ari;
-mod challenge;
+pub(crate) mod challenge;
 mod client;
 pub mod dns01;
 
@@ -89,6 +89,28 @@ impl AcmeSettings {
     }
 }
 
+/// The future a [`Publish`] method gives.
+pub type PublishFuture<'a> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Result<(), Box<dyn std::error::Error + Send + Sync>>>
+            + Send
+            + 'a,
+    >,
+>;
+
+/// Where an order's challenge answers go besides this process's own
+/// listeners, before the CA is asked to validate (the fleet's etcd, so
+/// that whichever node the CA reaches answers). A failure to publish
+/// fails the order before the CA validates anything.
+pub trait Publish: Sync {
+    /// TLS-ALPN-01 for `name`: the SHA-256 of the key authorization.
+    fn tls_alpn_01<'a>(&'a self, name: &'a str, digest: &'a [u8]) -> PublishFuture<'a>;
+    /// HTTP-01: the key authorization for `token`.
+    fn http_01<'a>(&'a self, token: &'a str, key_authorization: &'a str) -> PublishFuture<'a>;
+    /// The order is over: take every answer down.
+    fn withdraw(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
+}
+
 /// A certificate chain and its key, as issued (or stored).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Issued {
@@ -118,6 +140,10 @@ impl std::fmt::Debug for Issued {
 pub enum AcmeError {
     #[error("no names to obtain a certificate for: give at least one DNS name")]
     NoNames,
+    #[error("the certificate for {names} from the fleet is not used: {why}")]
+    Adopt { names: String, why: String },
+    #[error("the answer for {name} could not be shared with the fleet, so the CA was not asked to validate: {detail}")]
+    Publish { name: String, detail: String },
     #[error("{name:?} cannot be in an ACME certificate: {reason}")]
     BadName { name: String, reason: &'static str },
     #[error("could not {action} {}: {source}; check that the ACME state directory is writable by this user", path.display())]
@@ -308,6 +334,19 @@ pub async fn obtain_with(
     challenges: &Challenges,
     kind: ChallengeKind,
 ) -> Result<Issued, AcmeError> {
+    obtain_published(settings, names, challenges, kind, None).await
+}
+
+/// [`obtain_with`], each challenge answer also given to `publish` before
+/// the CA is asked to validate it (and withdrawn there however the order
+/// ends).
+pub async fn obtain_published(
+    settings: &AcmeSettings,
+    names: &[String],
+    challenges: &Challenges,
+    kind: ChallengeKind,
+    publish: Option<&dyn Publish>,
+) -> Result<Issued, AcmeError> {
     let names = normalize(names)?;
     // Only DNS-01 proves a wildcard: say so before ordering anything.
     let dns = matches!(kind, ChallengeKind::Auto | ChallengeKind::Dns01) && settings.dns.is_some();
@@ -319,15 +358,19 @@ pub async fn obtain_with(
         });
     }
     let http = client::AcmeHttp::new(settings.extra_roots.as_deref())?;
-    let work = obtain_names(settings, &names, challenges, kind, http);
-    match tokio::time::timeout(OBTAIN_TIMEOUT, work).await {
+    let work = obtain_names(settings, &names, challenges, kind, http, publish);
+    let result = match tokio::time::timeout(OBTAIN_TIMEOUT, work).await {
         Ok(result) => result,
         Err(_) => Err(AcmeError::Timeout {
             what: format!("obtaining a certificate for {}", names.join(", ")),
             url: settings.directory.clone(),
             secs: OBTAIN_TIMEOUT.as_secs(),
         }),
+    };
+    if let Some(p) = publish {
+        p.withdraw().await;
     }
+    result
 }
 
 /// [`obtain`]'s work, through `http` (any client, for the unit tests'
@@ -338,8 +381,14 @@ async fn obtain_names<H: instant_acme::HttpClient + Clone>(
     challenges: &Challenges,
     kind: ChallengeKind,
     http: H,
+    publish: Option<&dyn Publish>,
 ) -> Result<Issued, AcmeError> {
     let listed = names.join(", ");
+    let published_error =
+        |name: &str, e: Box<dyn std::error::Error + Send + Sync>| AcmeError::Publish {
+            name: name.to_string(),
+            detail: e.to_string(),
+        };
     let identifiers: Vec<Identifier> = names.iter().cloned().map(Identifier::Dns).collect();
     let order_error = |detail: String| AcmeError::Order {
         url: settings.directory.clone(),
@@ -407,6 +456,11 @@ async fn obtain_names<H: instant_acme::HttpClient + Clone>(
         if ty == ChallengeType::Http01 {
             answering_http
                 .push(challenges.answer_http(&challenge.token, key_authorization.as_str()));
+            if let Some(p) = publish {
+                p.http_01(&challenge.token, key_authorization.as_str())
+                    .await
+                    .map_err(|e| published_error(&name, e))?;
+            }
         } else if let (ChallengeType::Dns01, Some(dns)) = (&ty, &settings.dns) {
             published
                 .get_or_insert_with(|| dns01::Published::new(dns.clone()))
@@ -417,8 +471,14 @@ async fn obtain_names<H: instant_acme::HttpClient + Clone>(
                     source: Box::new(source),
                 })?;
         } else {
-            let key = challenge::challenge_key(&name, key_authorization.digest().as_ref())?;
+            let digest = key_authorization.digest();
+            let key = challenge::challenge_key(&name, digest.as_ref())?;
             answering.push(challenges.answer(&name, key));
+            if let Some(p) = publish {
+                p.tls_alpn_01(&name, digest.as_ref())
+                    .await
+                    .map_err(|e| published_error(&name, e))?;
+            }
         }
         retry_bad_nonce!(challenge.set_ready()).map_err(|e| {
             bad_nonce_or(e, settings, &format!("asking it to validate {name}"), |e| {
@@ -800,6 +860,25 @@ pub fn load_stored(settings: &AcmeSettings, names: &[String]) -> Result<Option<I
             Ok(None)
         }
     }
+}
+
+/// Store a certificate obtained elsewhere (by another node of the fleet)
+/// for `names`, as [`obtain`] stores its own, once [`load_stored`]'s
+/// checks pass: the chain names exactly these names and holds the key's
+/// public half.
+pub fn adopt(
+    settings: &AcmeSettings,
+    names: &[String],
+    chain_pem: String,
+    key_pem: String,
+) -> Result<Issued, AcmeError> {
+    let names = normalize(names)?;
+    let issued = check_issued(chain_pem, key_pem, &names).map_err(|why| AcmeError::Adopt {
+        names: names.join(", "),
+        why,
+    })?;
+    store(settings, &names, &issued)?;
+    Ok(issued)
 }
 
 /// When to renew: two thirds into the certificate's lifetime (day 60 of
@@ -1544,6 +1623,7 @@ mod tests {
             &challenges,
             ChallengeKind::Auto,
             ca.clone(),
+            None,
         )
         .await
         else {
@@ -1588,6 +1668,7 @@ mod tests {
                 &Challenges::default(),
                 ChallengeKind::Auto,
                 ca.clone(),
+                None,
             )
             .await
             .err()
@@ -1681,6 +1762,7 @@ mod tests {
             &Challenges::default(),
             ChallengeKind::Auto,
             ca.clone(),
+            None,
         )
         .await;
         let orders = ca.0.lock().unwrap().orders.clone();

@@ -149,6 +149,14 @@ fn process_wide(s: &Settings, out: &mut String) -> usize {
             Err(e) => error(out, e.to_string()),
         }
     }
+    if let Some(f) = &s.fleet {
+        match fleet(f) {
+            Ok(lines) => lines.iter().for_each(|l| {
+                let _ = writeln!(out, "{l}");
+            }),
+            Err(e) => error(out, e.to_string()),
+        }
+    }
     let mut seen = std::collections::HashSet::new();
     for site in &s.sites {
         if let crate::accesslog::Target::File(p) = &site.access_log.target {
@@ -160,6 +168,35 @@ fn process_wide(s: &Settings, out: &mut String) -> usize {
         }
     }
     errors
+}
+
+/// `[fleet]`: its files read, and etcd reached (`fleet::etcd::check`),
+/// bounded in time.
+fn fleet(f: &crate::fleet::FleetSettings) -> Result<Vec<String>, crate::fleet::etcd::FleetError> {
+    use crate::fleet::etcd::{check, FleetError, Secrets};
+    let secrets = Secrets::read(f)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(FleetError::Runtime)?;
+    let mut lines = vec![format!(
+        "fleet: node {}, prefix {}, etcd {}{}{}",
+        f.node,
+        f.prefix,
+        f.endpoints.join(", "),
+        match &f.tls {
+            Some(t) if t.identity.is_some() => " (TLS, client certificate)",
+            Some(_) => " (TLS)",
+            None => "",
+        },
+        if f.order {
+            ""
+        } else {
+            "; serves, never orders"
+        }
+    )];
+    lines.extend(rt.block_on(check(f, &secrets))?);
+    Ok(lines)
 }
 
 /// Whether `run` could open the access log `path` for appending: an

@@ -260,6 +260,9 @@ pub struct FileConfig {
     pub acme_profile: Option<String>,
     pub limits: Limits,
     pub timeouts: Timeouts,
+    /// Several nodes sharing ACME certificates and ticket keys through
+    /// etcd (off unset).
+    pub fleet: Option<FleetFile>,
     /// Response headers every site with a root starts from (and the one
     /// site of a file without `[[site]]`).
     pub headers: Option<HeadersFile>,
@@ -300,6 +303,33 @@ pub struct FileConfig {
     pub alpn: Option<Vec<String>>,
 
     pub site: Vec<Spanned<SiteFile>>,
+}
+
+/// `[fleet]` as written (resolved by `config::fleet`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FleetFile {
+    /// etcd's client URLs, `http://HOST:PORT` or `https://HOST:PORT`.
+    pub endpoints: Vec<String>,
+    /// Where in etcd's key space this fleet's keys live.
+    pub prefix: Option<String>,
+    /// This node's name in the fleet (default: the host name).
+    pub node: Option<String>,
+    /// 32-byte key files that seal private keys in etcd: the first seals,
+    /// all open.
+    pub key_files: Vec<PathBuf>,
+    /// TLS to etcd: the CA that issued its certificates, and this node's
+    /// client certificate and key (`--client-cert-auth`).
+    pub ca: Option<PathBuf>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    /// etcd authentication: the user, and a file with its password.
+    pub user: Option<String>,
+    pub password_file: Option<PathBuf>,
+    /// Seconds a dead node's locks outlive it.
+    pub lock_ttl: Option<u64>,
+    /// `false`: this node serves what the fleet has but never orders.
+    pub order: Option<bool>,
 }
 
 /// The keys of a handshake policy as written, at the top level or in a
@@ -433,6 +463,13 @@ impl FileConfig {
         self.pid_file.iter_mut().for_each(fix);
         self.acme_ca_roots.iter_mut().for_each(fix);
         self.acme_dns_tsig_key_file.iter_mut().for_each(fix);
+        if let Some(f) = &mut self.fleet {
+            f.key_files.iter_mut().for_each(fix);
+            f.ca.iter_mut().for_each(fix);
+            f.cert.iter_mut().for_each(fix);
+            f.key.iter_mut().for_each(fix);
+            f.password_file.iter_mut().for_each(fix);
+        }
         self.cert.iter_mut().for_each(|c| c.rebase(base));
         self.key.iter_mut().for_each(|c| c.rebase(base));
         self.ocsp.iter_mut().for_each(|c| c.rebase(base));

@@ -8,6 +8,7 @@ pub mod backend;
 pub mod cert;
 pub mod check;
 pub mod file;
+pub mod fleet;
 pub mod settings;
 pub mod static_files;
 

@@ -56,6 +56,8 @@ pub struct Settings {
     /// Index in `sites` of the site that answers unknown names.
     pub default_site: usize,
     pub open_file_cache: OpenFileCache,
+    /// `[fleet]`: state shared with other nodes through etcd.
+    pub fleet: Option<crate::fleet::FleetSettings>,
 }
 
 /// The status the plain-HTTP listener redirects with (`http_redirect`).
@@ -487,6 +489,10 @@ pub fn resolve(
     {
         site.acme_profile.clone_from(&acme_profile);
     }
+    let fleet = match &file.fleet {
+        Some(f) => Some(super::fleet::resolve(f, &o)?),
+        None => None,
+    };
     let unknown_names = file.unknown_names.unwrap_or_default();
     if unknown_names == UnknownNames::Reject && sites.iter().any(|s| s.names.is_empty()) {
         return Err(ConfigError::Invalid {
@@ -532,6 +538,7 @@ pub fn resolve(
         sites,
         default_site: default_site.unwrap_or(0),
         open_file_cache,
+        fleet,
     })
 }
 

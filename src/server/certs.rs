@@ -47,6 +47,92 @@ async fn due(
 struct Backoff {
     failures: u32,
     next: SystemTime,
+    /// Why the fleet made it wait, as last said (said once).
+    said: Option<String>,
+}
+
+/// What one look at a due certificate came to.
+enum Obtained {
+    /// Ordered (by this node): issued, or failed.
+    Done(Result<crate::acme::Issued, crate::acme::AcmeError>),
+    /// Another node's newer certificate was found and stored here.
+    Stored,
+    /// Not ordered now (another node orders it, or etcd is away, or this
+    /// node never orders): look again after the delay.
+    Wait(Duration, String),
+}
+
+/// How long a node that found another ordering waits before it looks
+/// again: past the lock's lease, so that it takes over if the holder died
+/// (the holder's certificate, if it comes, makes the set not due anyway).
+fn busy_wait(node: &crate::fleet::node::Node) -> Duration {
+    node.settings().lock_ttl + Duration::from_secs(5)
+}
+
+/// How long a node waits for etcd before it looks again at a due set.
+const ETCD_WAIT: Duration = Duration::from_secs(2);
+
+/// A due certificate in a fleet: ordered only under the set's lock in
+/// etcd, with the challenge answers published there, and the certificate
+/// shared through etcd once issued.
+async fn in_fleet(
+    front: &Front,
+    node: &crate::fleet::node::Node,
+    acme: &crate::acme::AcmeSettings,
+    site: &crate::config::Site,
+    cert: AcmeCert,
+) -> Obtained {
+    use crate::fleet::node::{Locked, Publisher};
+    if !node.settings().order {
+        return Obtained::Wait(
+            LOOK_AGAIN,
+            "due, and this node does not order ([fleet] order = false): waiting for another \
+             node's certificate"
+                .into(),
+        );
+    }
+    let local = match cert {
+        AcmeCert::Issued { not_after, .. } => Some(not_after),
+        AcmeCert::Placeholder => None,
+    };
+    let lock = match node.lock(acme, &site.names, local).await {
+        Ok(Locked::Held(lock)) => lock,
+        Ok(Locked::Renewed) => return Obtained::Stored,
+        Ok(Locked::Busy(by)) => {
+            return Obtained::Wait(
+                busy_wait(node),
+                format!("node {by} is ordering it; waiting for its certificate"),
+            )
+        }
+        Err(e) => {
+            return Obtained::Wait(
+                ETCD_WAIT,
+                format!("due, and not ordered: an order needs the fleet's lock ({e})"),
+            )
+        }
+    };
+    let publisher = Publisher::new(node);
+    let result = crate::acme::obtain_published(
+        acme,
+        &site.names,
+        &front.challenges,
+        site.acme_challenge,
+        Some(&publisher),
+    )
+    .await;
+    match &result {
+        Ok(issued) => {
+            if let Err(e) = node.publish(acme, lock, issued).await {
+                // Stored here; the other nodes renew it themselves later.
+                tracing::warn!(
+                    "fleet: the certificate for {} was not shared: {e}",
+                    site.names.join(", ")
+                );
+            }
+        }
+        Err(_) => node.unlock(lock).await,
+    }
+    Obtained::Done(result)
 }
 
 /// Run for the life of the process.
@@ -76,10 +162,20 @@ pub(super) async fn manage(front: Arc<Front>) {
                 .settings
                 .acme
                 .with_profile(site.acme_profile.as_deref());
-            let obtained =
-                crate::acme::obtain_with(acme, &site.names, &front.challenges, site.acme_challenge);
-            match obtained.await {
-                Ok(i) => {
+            let obtained = match &front.fleet {
+                None => Obtained::Done(
+                    crate::acme::obtain_with(
+                        acme,
+                        &site.names,
+                        &front.challenges,
+                        site.acme_challenge,
+                    )
+                    .await,
+                ),
+                Some(node) => in_fleet(&front, node, acme, site, cert).await,
+            };
+            match obtained {
+                Obtained::Done(Ok(i)) => {
                     backoff.remove(&site.names);
                     println!(
                         "certificate issued by {} for {names}, valid until {}",
@@ -88,13 +184,33 @@ pub(super) async fn manage(front: Arc<Front>) {
                     );
                     issued = true;
                 }
-                Err(e) => {
+                Obtained::Stored => {
+                    backoff.remove(&site.names);
+                    issued = true;
+                }
+                Obtained::Wait(delay, why) => {
+                    let b = backoff.entry(site.names.clone()).or_insert(Backoff {
+                        failures: 0,
+                        next: now,
+                        said: None,
+                    });
+                    b.next = SystemTime::now() + delay;
+                    wake = wake.min(b.next);
+                    // Said once, not at every look.
+                    if b.said.as_deref() != Some(why.as_str()) {
+                        println!("fleet: {names}: {why}");
+                        b.said = Some(why);
+                    }
+                }
+                Obtained::Done(Err(e)) => {
                     front.metrics.error("acme_failed");
                     let b = backoff.entry(site.names.clone()).or_insert(Backoff {
                         failures: 0,
                         next: now,
+                        said: None,
                     });
                     b.failures += 1;
+                    b.said = None;
                     let delay = crate::acme::retry_delay(b.failures);
                     b.next = SystemTime::now() + delay;
                     wake = wake.min(b.next);
@@ -150,6 +266,33 @@ pub(super) async fn manage(front: Arc<Front>) {
             // A reload may have added sites; it also has the CA asked
             // again about every certificate's renewal.
             _ = front.sites_changed.notified() => renewals.ask_again(),
+        }
+    }
+}
+
+/// The server's side of a fleet node: its ACME settings, and a rebuild
+/// once certificates from the fleet are stored.
+pub(super) struct FleetHost(pub Arc<Front>);
+
+impl crate::fleet::node::Host for FleetHost {
+    fn acme(&self) -> crate::acme::AcmeSettings {
+        self.0.sites.load().settings.acme.clone()
+    }
+
+    fn acme_names(&self) -> Vec<Vec<String>> {
+        self.0
+            .sites
+            .load()
+            .acme_sites()
+            .map(|(s, _)| s.names.clone())
+            .collect()
+    }
+
+    fn certificates_stored(&self) {
+        let sites = self.0.sites.load_full();
+        if rebuild(&self.0, &sites) {
+            // The renewal loop looks at the new dates.
+            self.0.sites_changed.notify_one();
         }
     }
 }

@@ -58,8 +58,11 @@ pub(crate) struct Front {
     /// The port the plain-HTTP listener's redirects name (the first TLS
     /// listener's).
     pub https_port: u16,
-    /// Woken when new sites are swapped in (reload).
+    /// Woken when new sites are swapped in (reload, or certificates from
+    /// the fleet).
     pub sites_changed: tokio::sync::Notify,
+    /// This node of a fleet (`[fleet]`), if any.
+    pub fleet: Option<Arc<crate::fleet::node::Node>>,
     /// Connections each worker takes at once: what the open-file limit
     /// leaves beside the descriptors the sites hold, computed again at
     /// each reload ([`Budget`]).
@@ -149,6 +152,10 @@ pub enum StartError {
     Root(#[from] crate::files::RootError),
     #[error("{origin}: {message}")]
     Site { origin: String, message: String },
+    #[error("{0}")]
+    Fleet(#[from] crate::fleet::etcd::FleetError),
+    #[error("{0}")]
+    FleetKeys(#[from] crate::fleet::seal::FleetKeyError),
     #[error("setting ticket_keys: {0}")]
     TicketKeys(#[from] crate::tls::tickets::TicketKeyError),
     #[error("ktls = \"require\" (--ktls require): {0}")]
@@ -628,6 +635,10 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
     let grace = secs(settings.timeouts.shutdown);
     let challenges = crate::acme::Challenges::default();
     challenges.set_http_listening(!http_addrs.is_empty());
+    let fleet = match &settings.fleet {
+        Some(f) => Some(Arc::new(fleet_node(f, &challenges)?)),
+        None => None,
+    };
     let challenge_config = challenges
         .server_config(shared.provider().clone())
         .map_err(|e| StartError::Site {
@@ -636,6 +647,7 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
         })?;
     let front = Arc::new(Front {
         https_port,
+        fleet: fleet.clone(),
         challenges,
         challenge_config,
         sites_changed: tokio::sync::Notify::new(),
@@ -643,7 +655,7 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
         sites: ArcSwap::from_pointee(sites),
         shared,
         ktls,
-        metrics: Metrics::default(),
+        metrics: Metrics::with_fleet(fleet.clone()),
         timeouts: settings.timeouts.clone(),
         log: LogLimit::new(crate::lograte::EVERY),
     });
@@ -663,6 +675,11 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
             .spawn(move || worker::worker(ls, front, stop, grace))
             .map_err(StartError::Runtime)?;
         threads.push(t);
+    }
+    if let Some(node) = &front.fleet {
+        signals
+            .rt
+            .spawn(node.clone().run(Arc::new(certs::FleetHost(front.clone()))));
     }
     signals.rt.spawn(certs::manage(front.clone()));
     if let Some(p) = &mut pid_file {
@@ -743,6 +760,34 @@ enum Stop {
     Upgraded(u32),
 }
 
+/// This process's node of the fleet: its secrets read now (as root through
+/// the parent), nothing asked of etcd yet ([`crate::fleet::node::Node::run`]
+/// does that in the background; serving never waits on it).
+fn fleet_node(
+    f: &crate::fleet::FleetSettings,
+    challenges: &crate::acme::Challenges,
+) -> Result<crate::fleet::node::Node, StartError> {
+    let secrets = crate::fleet::etcd::Secrets::read(f)?;
+    let keys = crate::fleet::seal::FleetKeys::read(&f.key_files)?;
+    println!(
+        "fleet: node {} of the fleet at {} (prefix {}){}",
+        f.node,
+        f.endpoints.join(", "),
+        f.prefix,
+        if f.order {
+            ""
+        } else {
+            "; serves, never orders"
+        }
+    );
+    Ok(crate::fleet::node::Node::new(
+        f.clone(),
+        secrets,
+        keys,
+        challenges.clone(),
+    ))
+}
+
 /// SIGHUP: read the settings again and swap the new sites in, or keep the
 /// old ones and say why. What only a restart can change (listeners,
 /// workers, the user, kTLS mode, `[limits] connections`) is kept as it is,
@@ -779,6 +824,7 @@ fn reload_sites(
             for (what, changed) in [
                 ("listen", new.listen != started.listen),
                 ("http_listen", new.http_listen != started.http_listen),
+                ("[fleet]", new.fleet != started.fleet),
                 ("admin", new.admin != started.admin),
                 ("workers", new.workers != started.workers),
                 ("ktls", new.ktls != started.ktls),

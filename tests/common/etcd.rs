@@ -823,7 +823,9 @@ fn make_certificates(dir: &Path) -> EtcdTls {
             "etcd",
             Some("subjectAltName=IP:127.0.0.1,DNS:localhost"),
         ),
-        ("client", "tlsfront", None),
+        // v3 with its extension: rustls (tonic's TLS) refuses to present
+        // a v1 certificate, which `x509 -req` makes without extensions.
+        ("client", "tlsfront", Some("extendedKeyUsage=clientAuth")),
     ] {
         let (key, csr, pem) = (
             format!("{name}.key"),
