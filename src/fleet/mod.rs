@@ -10,6 +10,7 @@
 
 pub mod etcd;
 pub mod node;
+pub mod order;
 pub mod seal;
 
 use std::path::PathBuf;

@@ -2,8 +2,8 @@
 //! the connection to etcd kept up (with backoff), the node's lease and its
 //! registration, the prefix read at start and watched afterwards,
 //! certificates other nodes obtained stored in this node's ACME state
-//! directory as they arrive, challenge answers mirrored into the local
-//! [`Challenges`], and the lock each order is placed under ([`Node::lock`]).
+//! directory as they arrive, and challenge answers mirrored into the local
+//! [`Challenges`]. Ordering under the fleet's lock is [`super::order`]'s.
 //!
 //! Serving never waits on any of this: a node without etcd serves what its
 //! state directory holds, and orders nothing (an order needs the lock).
@@ -76,28 +76,28 @@ impl Status {
 
 /// The node's session with etcd, while it has one.
 #[derive(Clone)]
-struct Session {
-    client: Client,
-    lease: i64,
+pub(super) struct Session {
+    pub(super) client: Client,
+    pub(super) lease: i64,
 }
 
 /// A certificate as stored in etcd (`P/acme/D/certs/S`).
 #[derive(Serialize, Deserialize)]
-struct StoredCert {
+pub(super) struct StoredCert {
     names: Vec<String>,
     chain_pem: String,
     /// The private key, PKCS#8 PEM, sealed, base64.
     key: String,
     not_before: u64,
-    not_after: u64,
+    pub(super) not_after: u64,
     /// The node that obtained it.
     by: String,
 }
 
 /// A holder's record (`P/nodes/NODE`, `P/acme/D/lock/S`).
 #[derive(Serialize, Deserialize)]
-struct Holder {
-    node: String,
+pub(super) struct Holder {
+    pub(super) node: String,
     host: String,
     pid: u32,
     since: u64,
@@ -106,7 +106,7 @@ struct Holder {
 /// A challenge answer as stored in etcd.
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
-enum Answer {
+pub(super) enum Answer {
     /// TLS-ALPN-01: SHA-256 of the key authorization, hex; each node makes
     /// its own RFC 8737 certificate from it (no key crosses etcd).
     TlsAlpn01 { name: String, digest: String },
@@ -117,30 +117,9 @@ enum Answer {
     },
 }
 
-/// An order lock this node holds (see [`Node::lock`]).
-#[derive(Debug)]
-pub struct Lock {
-    key: String,
-    /// Its creation revision: every write under the lock compares it, so
-    /// a node whose lease ran out writes nothing.
-    revision: i64,
-    names: Vec<String>,
-}
-
-/// What [`Node::lock`] found.
-#[derive(Debug)]
-pub enum Locked {
-    /// This node holds the lock: order.
-    Held(Lock),
-    /// Another node holds it (its name): its certificate will arrive.
-    Busy(String),
-    /// Another node renewed meanwhile; its certificate is stored here now.
-    Renewed,
-}
-
 /// One node of the fleet.
 pub struct Node {
-    settings: FleetSettings,
+    pub(super) settings: FleetSettings,
     secrets: Secrets,
     keys: FleetKeys,
     challenges: Challenges,
@@ -159,11 +138,11 @@ fn now_secs() -> u64 {
         .as_secs()
 }
 
-fn secs_of(t: SystemTime) -> u64 {
+pub(super) fn secs_of(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(super) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -213,7 +192,7 @@ impl Node {
         &self.settings
     }
 
-    fn acme_prefix(&self, acme: &AcmeSettings) -> String {
+    pub(super) fn acme_prefix(&self, acme: &AcmeSettings) -> String {
         format!(
             "{}acme/{}/",
             self.settings.prefix,
@@ -221,18 +200,18 @@ impl Node {
         )
     }
 
-    fn cert_key(&self, acme: &AcmeSettings, names: &[String]) -> String {
+    pub(super) fn cert_key(&self, acme: &AcmeSettings, names: &[String]) -> String {
         format!("{}certs/{}", self.acme_prefix(acme), set_key(names))
     }
 
-    fn session(&self) -> Option<Session> {
+    pub(super) fn session(&self) -> Option<Session> {
         self.session
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
 
-    fn holder(&self) -> String {
+    pub(super) fn holder(&self) -> String {
         serde_json::to_string(&Holder {
             node: self.settings.node.clone(),
             host: host_name(),
@@ -242,7 +221,22 @@ impl Node {
         .unwrap_or_default()
     }
 
-    fn etcd_error(&self, op: &'static str, e: &etcd_client::Error) -> FleetError {
+    /// A failure of `op` that is not an error of the client's.
+    pub(super) fn failed(
+        &self,
+        op: &'static str,
+        kind: EtcdErrorKind,
+        detail: impl Into<String>,
+    ) -> FleetError {
+        FleetError::Etcd {
+            endpoints: self.settings.endpoints.join(", "),
+            op,
+            kind,
+            detail: detail.into(),
+        }
+    }
+
+    pub(super) fn etcd_error(&self, op: &'static str, e: &etcd_client::Error) -> FleetError {
         let e = FleetError::etcd(&self.settings.endpoints, op, e);
         if let Some(k) = e.kind() {
             self.status.error(k);
@@ -370,33 +364,19 @@ impl Node {
                     keeper.keep_alive().await.map_err(|e| self.etcd_error("keep the lease alive", &e))?;
                     match keep_alive.message().await {
                         Ok(Some(r)) if r.ttl() > 0 => {}
-                        Ok(_) => return Err(FleetError::Etcd {
-                            endpoints: self.settings.endpoints.join(", "),
-                            op: "keep the lease alive",
-                            kind: EtcdErrorKind::Other,
-                            detail: "the lease expired".into(),
-                        }),
+                        Ok(_) => return Err(self.failed("keep the lease alive", EtcdErrorKind::Other, "the lease expired")),
                         Err(e) => return Err(self.etcd_error("keep the lease alive", &e)),
                     }
                 }
                 message = watch.message() => {
                     let response = match message {
                         Ok(Some(r)) => r,
-                        Ok(None) => return Err(FleetError::Etcd {
-                            endpoints: self.settings.endpoints.join(", "),
-                            op: "watch the prefix",
-                            kind: EtcdErrorKind::Unreachable,
-                            detail: "the watch ended".into(),
-                        }),
+                        Ok(None) => return Err(self.failed("watch the prefix", EtcdErrorKind::Unreachable, "the watch ended")),
                         Err(e) => return Err(self.etcd_error("watch the prefix", &e)),
                     };
                     if response.canceled() {
                         let compacted = response.compact_revision() > 0;
-                        return Err(FleetError::Etcd {
-                            endpoints: self.settings.endpoints.join(", "),
-                            op: "watch the prefix",
-                            kind: if compacted { EtcdErrorKind::Compacted } else { EtcdErrorKind::Other },
-                            detail: if compacted {
+                        return Err(self.failed("watch the prefix", if compacted { EtcdErrorKind::Compacted } else { EtcdErrorKind::Other }, if compacted {
                                 format!(
                                     "revision {} was compacted (now {})",
                                     self.status.revision.load(Ordering::Relaxed) + 1,
@@ -404,8 +384,7 @@ impl Node {
                                 )
                             } else {
                                 response.cancel_reason().to_string()
-                            },
-                        });
+                            }));
                     }
                     let acme = host.acme();
                     let mut stored = 0;
@@ -447,16 +426,15 @@ impl Node {
         if let Some(kv) = got.kvs().first() {
             if let Ok(h) = serde_json::from_slice::<Holder>(kv.value()) {
                 if h.host != host_name() {
-                    return Err(FleetError::Etcd {
-                        endpoints: self.settings.endpoints.join(", "),
-                        op: "register the node",
-                        kind: EtcdErrorKind::Other,
-                        detail: format!(
+                    return Err(self.failed(
+                        "register the node",
+                        EtcdErrorKind::Other,
+                        format!(
                             "node name {} is registered by host {} (pid {}): give each node \
                              its own [fleet] node",
                             self.settings.node, h.host, h.pid
                         ),
-                    });
+                    ));
                 }
             }
         }
@@ -558,7 +536,12 @@ impl Node {
 
     /// A certificate from etcd: opened, checked, and stored in the state
     /// directory unless what is there is as new. Whether it was stored.
-    fn store_cert(&self, acme: &AcmeSettings, key: &str, value: &[u8]) -> Result<bool, String> {
+    pub(super) fn store_cert(
+        &self,
+        acme: &AcmeSettings,
+        key: &str,
+        value: &[u8],
+    ) -> Result<bool, String> {
         use base64::Engine as _;
         let c: StoredCert = serde_json::from_slice(value).map_err(|e| e.to_string())?;
         if let Ok(Some(local)) = crate::acme::load_stored(acme, &c.names) {
@@ -666,7 +649,7 @@ impl Node {
         }
     }
 
-    fn sealed_cert(
+    pub(super) fn sealed_cert(
         &self,
         key: &str,
         names: &[String],
@@ -691,237 +674,6 @@ impl Node {
             by: self.settings.node.clone(),
         })
         .unwrap_or_default())
-    }
-
-    /// Take the order lock for `names` (a transaction that creates the key
-    /// on this node's lease only if it does not exist). With the lock, the
-    /// certificate in etcd is read again: if another node renewed past
-    /// `local_not_after` meanwhile, it is stored here and the lock let go.
-    pub async fn lock(
-        &self,
-        acme: &AcmeSettings,
-        names: &[String],
-        local_not_after: Option<SystemTime>,
-    ) -> Result<Locked, FleetError> {
-        let Some(Session { mut client, lease }) = self.session() else {
-            return Err(FleetError::Etcd {
-                endpoints: self.settings.endpoints.join(", "),
-                op: "take the order lock",
-                kind: EtcdErrorKind::Unreachable,
-                detail: "no session with etcd now; an order waits for one".into(),
-            });
-        };
-        let key = format!("{}lock/{}", self.acme_prefix(acme), set_key(names));
-        let r = client
-            .txn(
-                Txn::new()
-                    .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-                    .and_then([TxnOp::put(
-                        key.as_str(),
-                        self.holder(),
-                        Some(PutOptions::new().with_lease(lease)),
-                    )])
-                    .or_else([TxnOp::get(key.as_str(), None)]),
-            )
-            .await
-            .map_err(|e| self.etcd_error("take the order lock", &e))?;
-        if !r.succeeded() {
-            let by = r
-                .op_responses()
-                .into_iter()
-                .find_map(|op| match op {
-                    etcd_client::TxnOpResponse::Get(g) => g
-                        .kvs()
-                        .first()
-                        .and_then(|kv| serde_json::from_slice::<Holder>(kv.value()).ok())
-                        .map(|h| h.node),
-                    _ => None,
-                })
-                .unwrap_or_else(|| "another node".into());
-            return Ok(Locked::Busy(by));
-        }
-        let revision = r.header().map(|h| h.revision()).unwrap_or_default();
-        let lock = Lock {
-            key,
-            revision,
-            names: names.to_vec(),
-        };
-        self.status.locks_held.fetch_add(1, Ordering::Relaxed);
-        // Renewed by another node between our look and the lock?
-        let cert_key = self.cert_key(acme, names);
-        let got = client
-            .get(cert_key.as_str(), None)
-            .await
-            .map_err(|e| self.etcd_error("read the certificate", &e));
-        let got = match got {
-            Ok(g) => g,
-            Err(e) => {
-                self.unlock(lock).await;
-                return Err(e);
-            }
-        };
-        if let Some(kv) = got.kvs().first() {
-            let newer = serde_json::from_slice::<StoredCert>(kv.value())
-                .ok()
-                .is_some_and(|c| local_not_after.is_none_or(|l| c.not_after > secs_of(l)));
-            if newer && self.store_cert(acme, &cert_key, kv.value()).is_ok() {
-                self.unlock(lock).await;
-                return Ok(Locked::Renewed);
-            }
-        }
-        Ok(Locked::Held(lock))
-    }
-
-    /// Let go of `lock` (only if it is still ours).
-    pub async fn unlock(&self, lock: Lock) {
-        self.status.locks_held.fetch_sub(1, Ordering::Relaxed);
-        let Some(Session { mut client, .. }) = self.session() else {
-            return;
-        };
-        let _ = client
-            .txn(
-                Txn::new()
-                    .when([Compare::create_revision(
-                        lock.key.as_str(),
-                        CompareOp::Equal,
-                        lock.revision,
-                    )])
-                    .and_then([TxnOp::delete(lock.key.as_str(), None)]),
-            )
-            .await;
-    }
-
-    /// Put the certificate obtained under `lock` into etcd and let go of
-    /// the lock, in one transaction that holds only while the lock is ours.
-    pub async fn publish(
-        &self,
-        acme: &AcmeSettings,
-        lock: Lock,
-        issued: &Issued,
-    ) -> Result<(), FleetError> {
-        let key = self.cert_key(acme, &lock.names);
-        let value = self.sealed_cert(&key, &lock.names, issued)?;
-        let Some(Session { mut client, .. }) = self.session() else {
-            self.status.locks_held.fetch_sub(1, Ordering::Relaxed);
-            return Err(FleetError::Etcd {
-                endpoints: self.settings.endpoints.join(", "),
-                op: "share the certificate",
-                kind: EtcdErrorKind::Unreachable,
-                detail: "etcd was lost during the order".into(),
-            });
-        };
-        let r = client
-            .txn(
-                Txn::new()
-                    .when([Compare::create_revision(
-                        lock.key.as_str(),
-                        CompareOp::Equal,
-                        lock.revision,
-                    )])
-                    .and_then([
-                        TxnOp::put(key.as_str(), value, None),
-                        TxnOp::delete(lock.key.as_str(), None),
-                    ]),
-            )
-            .await;
-        self.status.locks_held.fetch_sub(1, Ordering::Relaxed);
-        let r = r.map_err(|e| self.etcd_error("share the certificate", &e))?;
-        if !r.succeeded() {
-            return Err(FleetError::Etcd {
-                endpoints: self.settings.endpoints.join(", "),
-                op: "share the certificate",
-                kind: EtcdErrorKind::Other,
-                detail: "the order lock was lost (this node's lease expired)".into(),
-            });
-        }
-        Ok(())
-    }
-}
-
-/// The challenge answers an order under a [`Lock`] publishes to etcd, on
-/// the node's lease, before the CA is asked to validate; taken down when
-/// the order ends.
-pub struct Publisher<'a> {
-    node: &'a Node,
-    keys: Mutex<Vec<String>>,
-}
-
-impl<'a> Publisher<'a> {
-    pub fn new(node: &'a Node) -> Publisher<'a> {
-        Publisher {
-            node,
-            keys: Mutex::new(Vec::new()),
-        }
-    }
-
-    async fn put(&self, key: String, answer: Answer) -> Result<(), FleetError> {
-        let Some(Session { mut client, lease }) = self.node.session() else {
-            return Err(FleetError::Etcd {
-                endpoints: self.node.settings.endpoints.join(", "),
-                op: "publish a challenge answer",
-                kind: EtcdErrorKind::Unreachable,
-                detail: "no session with etcd now".into(),
-            });
-        };
-        let value = serde_json::to_string(&answer).unwrap_or_default();
-        client
-            .put(
-                key.as_str(),
-                value,
-                Some(PutOptions::new().with_lease(lease)),
-            )
-            .await
-            .map_err(|e| self.node.etcd_error("publish a challenge answer", &e))?;
-        self.keys
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(key);
-        Ok(())
-    }
-}
-
-impl crate::acme::Publish for Publisher<'_> {
-    fn tls_alpn_01<'b>(
-        &'b self,
-        name: &'b str,
-        digest: &'b [u8],
-    ) -> crate::acme::PublishFuture<'b> {
-        let key = format!(
-            "{}challenge/tls-alpn-01/{}",
-            self.node.settings.prefix,
-            name.to_ascii_lowercase()
-        );
-        let answer = Answer::TlsAlpn01 {
-            name: name.to_string(),
-            digest: hex(digest),
-        };
-        Box::pin(async move { self.put(key, answer).await.map_err(Into::into) })
-    }
-
-    fn http_01<'b>(
-        &'b self,
-        token: &'b str,
-        key_authorization: &'b str,
-    ) -> crate::acme::PublishFuture<'b> {
-        let key = format!("{}challenge/http-01/{token}", self.node.settings.prefix);
-        let answer = Answer::Http01 {
-            token: token.to_string(),
-            key_authorization: key_authorization.to_string(),
-        };
-        Box::pin(async move { self.put(key, answer).await.map_err(Into::into) })
-    }
-
-    fn withdraw(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-        Box::pin(async move {
-            let keys =
-                std::mem::take(&mut *self.keys.lock().unwrap_or_else(PoisonError::into_inner));
-            let Some(Session { mut client, .. }) = self.node.session() else {
-                return;
-            };
-            for k in keys {
-                let _ = client.delete(k.as_str(), None).await;
-            }
-        })
     }
 }
 

@@ -82,7 +82,7 @@ async fn in_fleet(
     site: &crate::config::Site,
     cert: AcmeCert,
 ) -> Obtained {
-    use crate::fleet::node::{Locked, Publisher};
+    use crate::fleet::order::{Locked, Publisher};
     if !node.settings().order {
         return Obtained::Wait(
             LOOK_AGAIN,
