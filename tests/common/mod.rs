@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod etcd;
+pub mod fleet;
 pub mod h2;
 pub mod pebble;
 pub mod peers;
