@@ -539,6 +539,25 @@ impl Collector for Fleet {
         )?;
         const_metric(
             &mut e,
+            "tlsfront_fleet_ticket_leader",
+            "Whether this node makes and rotates the fleet's session-ticket keys (1) or not (0)",
+            None,
+            gauge(i64::from(self.0.ticket_leader())),
+        )?;
+        const_metric(
+            &mut e,
+            "tlsfront_fleet_ticket_period",
+            "The period number of the fleet's ticket key that encrypts now (0: none yet, the node's own keys encrypt)",
+            None,
+            gauge(
+                self.0
+                    .ticket_period_encrypting()
+                    .and_then(|n| i64::try_from(n).ok())
+                    .unwrap_or(0),
+            ),
+        )?;
+        const_metric(
+            &mut e,
             "tlsfront_fleet_certificates_applied",
             "Certificates other nodes obtained, stored by this node",
             None,

@@ -6,46 +6,14 @@
 
 mod common;
 
+use common::fleet::connect;
 use common::peers::haproxy_tcp_balancer;
-use common::{s_client, Server, Step};
+use common::Server;
 use std::path::Path;
-use std::time::Duration;
 
 /// 80 random bytes: what `openssl rand 80 > FILE` makes.
 fn key_file(path: &Path, seed: u64) {
     std::fs::write(path, common::content(80, seed)).unwrap();
-}
-
-/// One connection through `port` that saves its session to `out`, or
-/// resumes the one in `resume`; whether it was resumed.
-fn connect(port: u16, version: &str, out: Option<&Path>, resume: Option<&Path>) -> bool {
-    let mut args = vec![
-        version.to_string(),
-        "-servername".into(),
-        "localhost".into(),
-    ];
-    if let Some(p) = out {
-        args.extend(["-sess_out".into(), p.display().to_string()]);
-    }
-    if let Some(p) = resume {
-        args.extend(["-sess_in".into(), p.display().to_string()]);
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    // A ticket comes after the handshake: wait for it. Then a request and
-    // its answer: the server has finished the handshake (and counted it)
-    // before the client closes, which a client that closes at once races.
-    let request = b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
-    let mut steps = match out {
-        Some(p) => vec![Step::WaitForFile(p)],
-        None => vec![],
-    };
-    steps.extend([Step::Send(request), Step::WaitFor("HTTP/1.1 ")]);
-    let (stdout, stderr, _) = s_client(port, &args, &steps, Duration::from_secs(20));
-    assert!(
-        stdout.contains("New, TLSv1") || stdout.contains("Reused, TLSv1"),
-        "no handshake: {stdout}{stderr}"
-    );
-    stdout.contains("Reused, TLSv1")
 }
 
 /// `handshakes: full F resumed R` from a report.

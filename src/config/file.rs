@@ -330,6 +330,8 @@ pub struct FleetFile {
     pub lock_ttl: Option<u64>,
     /// `false`: this node serves what the fleet has but never orders.
     pub order: Option<bool>,
+    /// Seconds each session-ticket key of the fleet encrypts for.
+    pub ticket_period: Option<u64>,
 }
 
 /// The keys of a handshake policy as written, at the top level or in a

@@ -159,6 +159,18 @@ pub fn resolve(f: &FleetFile, o: &dyn Fn(&str) -> String) -> Result<FleetSetting
             Duration::from_secs(t)
         }
     };
+    let ticket_period = match f.ticket_period {
+        None => crate::tls::tickets::DEFAULT_ROTATION,
+        Some(t) => {
+            super::in_range(
+                &o("[fleet] ticket_period"),
+                t,
+                crate::fleet::TICKET_PERIOD_RANGE,
+                "a number of seconds from 10 to 259200 (three days)",
+            )?;
+            Duration::from_secs(t)
+        }
+    };
     Ok(FleetSettings {
         endpoints: f.endpoints.clone(),
         prefix,
@@ -168,6 +180,7 @@ pub fn resolve(f: &FleetFile, o: &dyn Fn(&str) -> String) -> Result<FleetSetting
         auth,
         lock_ttl,
         order: f.order.unwrap_or(true),
+        ticket_period,
     })
 }
 

@@ -493,6 +493,14 @@ pub fn resolve(
         Some(f) => Some(super::fleet::resolve(f, &o)?),
         None => None,
     };
+    if fleet.is_some() && file.ticket_keys.as_ref().is_some_and(|k| !k.is_empty()) {
+        return Err(ConfigError::Invalid {
+            origin: o("ticket_keys"),
+            message: "[fleet] shares session-ticket keys through etcd (made and rotated by one \
+                      node): remove ticket_keys, which is for servers without a fleet"
+                .into(),
+        });
+    }
     let unknown_names = file.unknown_names.unwrap_or_default();
     if unknown_names == UnknownNames::Reject && sites.iter().any(|s| s.names.is_empty()) {
         return Err(ConfigError::Invalid {

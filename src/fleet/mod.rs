@@ -12,6 +12,7 @@ pub mod etcd;
 pub mod node;
 pub mod order;
 pub mod seal;
+pub mod tickets;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -25,6 +26,11 @@ pub const DEFAULT_LOCK_TTL: Duration = Duration::from_secs(30);
 /// The range `lock_ttl` may take: below, one slow keep-alive loses the
 /// locks; above, a dead node's order waits too long for a successor.
 pub const LOCK_TTL_RANGE: std::ops::RangeInclusive<u64> = 10..=300;
+
+/// The range `ticket_period` may take: a key encrypts for one period and
+/// decrypts for the next, and a ticket lifetime hint is at most seven days
+/// (RFC 8446).
+pub const TICKET_PERIOD_RANGE: std::ops::RangeInclusive<u64> = 10..=3 * 86_400;
 
 /// `[fleet]`, resolved. All of it takes a restart to change.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +51,8 @@ pub struct FleetSettings {
     pub lock_ttl: Duration,
     /// Whether this node orders certificates (else it only serves them).
     pub order: bool,
+    /// How long each of the fleet's session-ticket keys encrypts.
+    pub ticket_period: Duration,
 }
 
 /// TLS to etcd: the CA its server certificates chain to, and this node's

@@ -123,6 +123,8 @@ pub struct Node {
     secrets: Secrets,
     keys: FleetKeys,
     challenges: Challenges,
+    /// The fleet's ticket keys (`None`: not shared, e.g. in tests).
+    tickets: Option<super::tickets::FleetTickets>,
     session: Mutex<Option<Session>>,
     /// What was applied for each key (its `mod_revision`).
     applied: Mutex<HashMap<String, i64>>,
@@ -175,12 +177,15 @@ impl Node {
         secrets: Secrets,
         keys: FleetKeys,
         challenges: Challenges,
+        tickets: Option<Arc<crate::tls::tickets::TicketKeys>>,
     ) -> Node {
+        let tickets = tickets.map(|t| super::tickets::FleetTickets::new(t, settings.ticket_period));
         Node {
             settings,
             secrets,
             keys,
             challenges,
+            tickets,
             session: Mutex::new(None),
             applied: Mutex::new(HashMap::new()),
             answering: Mutex::new(HashMap::new()),
@@ -219,6 +224,32 @@ impl Node {
             since: now_secs(),
         })
         .unwrap_or_default()
+    }
+
+    /// Whether this node makes and rotates the fleet's ticket keys now.
+    pub fn ticket_leader(&self) -> bool {
+        self.tickets.as_ref().is_some_and(|t| t.leading())
+    }
+
+    /// The period number of the fleet ticket key that encrypts now.
+    pub fn ticket_period_encrypting(&self) -> Option<u64> {
+        self.tickets.as_ref().and_then(|t| t.encrypting())
+    }
+
+    /// Seal `plain` for the etcd key `key` (its associated data).
+    pub(super) fn seal(&self, key: &str, plain: &[u8]) -> Result<Vec<u8>, FleetError> {
+        self.keys
+            .seal(key.as_bytes(), plain)
+            .map_err(|e| self.failed("seal a value", EtcdErrorKind::Other, e.to_string()))
+    }
+
+    /// Open what was sealed for the etcd key `key`.
+    pub(super) fn open(
+        &self,
+        key: &str,
+        sealed: &[u8],
+    ) -> Result<zeroize::Zeroizing<Vec<u8>>, super::seal::OpenError> {
+        self.keys.open(key.as_bytes(), sealed)
     }
 
     /// A failure of `op` that is not an error of the client's.
@@ -336,8 +367,14 @@ impl Node {
             client: client.clone(),
             lease,
         });
+        if let Some(t) = &self.tickets {
+            t.new_session();
+        }
         let acme = host.acme();
         let revision = self.read_all(&mut client, &acme, host).await?;
+        if let Some(t) = &self.tickets {
+            t.tick(self, &mut client, lease).await?;
+        }
         self.adopt_local(&mut client, &acme, host).await;
         self.status.etcd_up.store(true, Ordering::Relaxed);
         self.synced(revision);
@@ -366,6 +403,9 @@ impl Node {
                         Ok(Some(r)) if r.ttl() > 0 => {}
                         Ok(_) => return Err(self.failed("keep the lease alive", EtcdErrorKind::Other, "the lease expired")),
                         Err(e) => return Err(self.etcd_error("keep the lease alive", &e)),
+                    }
+                    if let Some(t) = &self.tickets {
+                        t.tick(self, &mut client, lease).await?;
                     }
                 }
                 message = watch.message() => {
@@ -530,6 +570,8 @@ impl Node {
             }
         } else if key.starts_with(&challenge) {
             self.answer(key, value);
+        } else if let Some(t) = &self.tickets {
+            t.apply(self, key, value);
         }
         0
     }
@@ -601,6 +643,9 @@ impl Node {
     }
 
     fn removed(&self, key: &str) {
+        if let Some(t) = &self.tickets {
+            t.removed(self, key);
+        }
         self.applied
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

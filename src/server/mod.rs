@@ -558,7 +558,10 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
     if !crate::sys::disable_huge_pages() {
         tracing::debug!("transparent huge pages: could not turn them off for this process");
     }
-    let tickets = if settings.ticket_keys.is_empty() {
+    let tickets = if let Some(f) = &settings.fleet {
+        // The fleet's keys once etcd brings them; the process's own until.
+        TicketKeys::fleet(f.ticket_period, seed)
+    } else if settings.ticket_keys.is_empty() {
         TicketKeys::rotating(DEFAULT_ROTATION, seed)
     } else {
         TicketKeys::from_files(&settings.ticket_keys, seed)?
@@ -636,7 +639,7 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
     let challenges = crate::acme::Challenges::default();
     challenges.set_http_listening(!http_addrs.is_empty());
     let fleet = match &settings.fleet {
-        Some(f) => Some(Arc::new(fleet_node(f, &challenges)?)),
+        Some(f) => Some(Arc::new(fleet_node(f, &challenges, &shared)?)),
         None => None,
     };
     let challenge_config = challenges
@@ -766,6 +769,7 @@ enum Stop {
 fn fleet_node(
     f: &crate::fleet::FleetSettings,
     challenges: &crate::acme::Challenges,
+    shared: &TlsShared,
 ) -> Result<crate::fleet::node::Node, StartError> {
     let secrets = crate::fleet::etcd::Secrets::read(f)?;
     let keys = crate::fleet::seal::FleetKeys::read(&f.key_files)?;
@@ -785,6 +789,7 @@ fn fleet_node(
         secrets,
         keys,
         challenges.clone(),
+        Some(shared.tickets().clone()),
     ))
 }
 

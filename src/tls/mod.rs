@@ -119,7 +119,7 @@ impl TlsShared {
 
     /// The ticket keys every site's configuration uses (reloads replace
     /// their contents in place).
-    pub fn tickets(&self) -> &tickets::TicketKeys {
+    pub fn tickets(&self) -> &Arc<tickets::TicketKeys> {
         &self.tickets
     }
 

@@ -4,7 +4,7 @@
 
 use super::etcd::EtcdCluster;
 use super::pebble::Pebble;
-use super::Server;
+use super::{s_client, Server, Step};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -85,4 +85,37 @@ pub fn got_certificate(server: &Server, name: &str) -> bool {
     let out = server.output();
     out.contains(&format!("for {name}, valid until"))
         || out.contains(&format!("fleet: certificate for {name} from node"))
+}
+
+/// A handshake with `openssl s_client` (`version`: `-tls1_3` or
+/// `-tls1_2`; SNI `localhost`) and one request: the session saved to
+/// `out` and/or resumed from `resume`. Whether it was resumed.
+pub fn connect(port: u16, version: &str, out: Option<&Path>, resume: Option<&Path>) -> bool {
+    let mut args = vec![
+        version.to_string(),
+        "-servername".into(),
+        "localhost".into(),
+    ];
+    if let Some(p) = out {
+        args.extend(["-sess_out".into(), p.display().to_string()]);
+    }
+    if let Some(p) = resume {
+        args.extend(["-sess_in".into(), p.display().to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // A ticket comes after the handshake: wait for it. Then a request and
+    // its answer: the server has finished the handshake (and counted it)
+    // before the client closes, which a client that closes at once races.
+    let request = b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    let mut steps = match out {
+        Some(p) => vec![Step::WaitForFile(p)],
+        None => vec![],
+    };
+    steps.extend([Step::Send(request), Step::WaitFor("HTTP/1.1 ")]);
+    let (stdout, stderr, _) = s_client(port, &args, &steps, Duration::from_secs(20));
+    assert!(
+        stdout.contains("New, TLSv1") || stdout.contains("Reused, TLSv1"),
+        "no handshake: {stdout}{stderr}"
+    );
+    stdout.contains("Reused, TLSv1")
 }
