@@ -36,8 +36,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
-/// Keys read per request while reading the prefix.
-const PAGE: i64 = 500;
+/// Keys read per request while reading the prefix: a page of the largest
+/// values (a certificate for a hundred names) stays well under the gRPC
+/// client's default limit on a message it takes.
+const PAGE: i64 = 100;
 
 /// What the server process provides the node with.
 pub trait Host: Send + Sync + 'static {
