@@ -200,6 +200,25 @@ use common::peers::haproxy_tcp_balancer;
 use common::Server;
 use std::path::Path;
 
+/// How soon after one node has a renewed certificate every node serves it:
+/// a watch round trip, a state-directory write and a rebuild of the sites
+/// each (well under a second on loopback), and the polling's own
+/// handshakes. Generous for a loaded machine; docs/FLEET.md states it.
+const PROPAGATION: Duration = Duration::from_secs(10);
+
+/// When pebble issued each certificate, as seconds of the day, from its
+/// log's `Pebble YYYY/MM/DD HH:MM:SS Issued certificate serial …` lines.
+fn issue_times(log: &str) -> Vec<u64> {
+    log.lines()
+        .filter(|l| l.contains("Issued certificate serial"))
+        .filter_map(|l| {
+            let time = l.split_whitespace().nth(2)?;
+            let mut hms = time.split(':').map(|x| x.parse::<u64>().ok());
+            Some(hms.next()?? * 3600 + hms.next()?? * 60 + hms.next()??)
+        })
+        .collect()
+}
+
 /// Three nodes behind HAProxy (TCP, PROXY v2), each able to order, the CA
 /// validating through HAProxy (so at whichever node it lands): one order
 /// for the whole fleet, the same certificate on every node, validation
@@ -245,7 +264,25 @@ fn fleet_orders_each_certificate_once_and_every_node_serves_it() {
     let first = served_by_all(&ports, name, &root);
     assert!(first.iter().all(|f| *f == first[0]), "{first:?}");
 
-    // The renewal: one more order, and every node serves the new one.
+    // The renewal: one more order, and every node serves the new one
+    // within a bound of its issue (stated in docs/FLEET.md): from the
+    // issuing node's line to the last node serving it, polled.
+    wait_until(WAIT, "a node to renew the certificate", || {
+        let issued: usize = nodes
+            .iter()
+            .map(|n| {
+                n.output()
+                    .matches(&format!("for {name}, valid until"))
+                    .count()
+            })
+            .sum();
+        if issued >= 2 {
+            Ok(())
+        } else {
+            Err(format!("{issued} issued"))
+        }
+    });
+    let renewed = Instant::now();
     wait_until(WAIT, "every node to serve the renewed certificate", || {
         let now = served_by_all(&ports, name, &root);
         if now.iter().all(|f| *f != first[0]) {
@@ -254,14 +291,29 @@ fn fleet_orders_each_certificate_once_and_every_node_serves_it() {
             Err(format!("{now:?}"))
         }
     });
+    let spread = renewed.elapsed();
+    eprintln!("renewal on every node {spread:?} after the issuing node said so");
+    assert!(spread < PROPAGATION, "{spread:?}");
     let now = served_by_all(&ports, name, &root);
-    let orders = pebble.posts_to("/order-plz");
-    assert!(
-        (2..=3).contains(&orders),
-        "one order per renewal ({orders}): {}",
+    assert!(now.iter().all(|f| *f == now[0]), "{now:?}");
+    // No renewal was ordered twice: pebble issued each certificate at
+    // least half a lifetime after the one before (a second node ordering
+    // the same renewal would come seconds after the first).
+    let times = issue_times(&pebble.log());
+    assert_eq!(
+        times.len(),
+        pebble.posts_to("/order-plz"),
+        "{}",
         pebble.log()
     );
-    assert!(now.iter().all(|f| *f == now[0]), "{now:?}");
+    assert!(
+        // (A run across midnight wraps once.)
+        times
+            .windows(2)
+            .all(|w| (w[1] + 86_400 - w[0]) % 86_400 >= 15),
+        "issued at {times:?} (seconds of the day): {}",
+        pebble.log()
+    );
     drop(lb);
     for n in nodes {
         let (status, _) = n.stop();
