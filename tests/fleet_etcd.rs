@@ -422,6 +422,11 @@ fn config_check_reaches_etcd_and_names_what_is_wrong() {
     );
     assert!(ok, "{out}");
     assert!(out.contains(": version 3."), "{out}");
+    let id = out
+        .lines()
+        .find_map(|l| l.strip_prefix("fleet: key files: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(id.ends_with(&format!("({}, seals)", key.display())), "{id}");
     assert!(out.contains(", leader, database "), "{out}");
     assert!(
         out.contains(&format!(
@@ -475,6 +480,15 @@ fn config_check_reaches_etcd_and_names_what_is_wrong() {
     assert!(!ok, "{out}");
     assert!(out.contains(&format!("etcd at {dead}")), "{out}");
     assert!(out.contains("check [fleet] endpoints"), "{out}");
+
+    // A key file that is not 32 raw bytes.
+    std::fs::write(&key, "not a key\n").unwrap();
+    let (ok, out) = config(&endpoints, &format!("{tls_lines}{}", user(&password)));
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("has 10 bytes, expected exactly 32 raw bytes"),
+        "{out}"
+    );
 
     // Settings refused before anything is reached.
     let (ok, out) = config(&endpoints, "");

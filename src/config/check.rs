@@ -175,6 +175,7 @@ fn process_wide(s: &Settings, out: &mut String) -> usize {
 fn fleet(f: &crate::fleet::FleetSettings) -> Result<Vec<String>, crate::fleet::etcd::FleetError> {
     use crate::fleet::etcd::{check, FleetError, Secrets};
     let secrets = Secrets::read(f)?;
+    let keys = crate::fleet::seal::FleetKeys::read(&f.key_files).map_err(FleetError::Keys)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -195,6 +196,18 @@ fn fleet(f: &crate::fleet::FleetSettings) -> Result<Vec<String>, crate::fleet::e
             "; serves, never orders"
         }
     )];
+    let ids: Vec<String> = keys
+        .key_ids()
+        .enumerate()
+        .map(|(i, (id, path))| {
+            format!(
+                "{id} ({}{})",
+                path.display(),
+                if i == 0 { ", seals" } else { "" }
+            )
+        })
+        .collect();
+    lines.push(format!("fleet: key files: {}", ids.join(", ")));
     lines.extend(rt.block_on(check(f, &secrets))?);
     Ok(lines)
 }

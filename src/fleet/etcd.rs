@@ -181,6 +181,8 @@ pub enum FleetError {
          of user {user} there"
     )]
     NoPassword { path: PathBuf, user: String },
+    #[error("{0}")]
+    Keys(#[from] super::seal::FleetKeyError),
     #[error("cannot start the runtime that reaches etcd: {0}")]
     Runtime(io::Error),
     #[error("etcd at {endpoints}: {op}: {detail} ({})", kind.hint())]
