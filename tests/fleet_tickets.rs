@@ -116,13 +116,15 @@ fn fleet_ticket_keys_resume_sessions_across_nodes_and_rotate() {
     resumes_across(dir.path(), all[1], &[all[0], all[2]], "rotated");
     drop(all);
 
-    // The node that makes the keys goes; its lead expires with its lease
-    // and another node takes it, and the keys go on.
+    // The node that makes the keys goes; its lead goes with its lease and
+    // another node takes it, and the keys go on.
     let leader = (0..3)
         .find(|&i| gauge(&nodes[i], "tlsfront_fleet_ticket_leader") == 1)
         .unwrap();
-    let (status, _) = nodes.remove(leader).stop();
+    let (status, out) = nodes.remove(leader).stop();
     assert!(status.success());
+    // Its lease revoked as it left: the lead is free at once.
+    assert!(out.contains("fleet: left (lease revoked)"), "{out}");
     let rest: Vec<&Server> = nodes.iter().collect();
     wait_until(WAIT, "another node to make the ticket keys", || {
         let l: Vec<i64> = rest

@@ -724,6 +724,12 @@ pub fn run(settings: Settings, reload: Option<Reload>, role: Role) -> Result<(),
              in flight (up to {grace:?})"
         ),
     }
+    if let Some(node) = &front.fleet {
+        // This node's locks, ticket lead and record go now rather than
+        // when its lease would have run out: another node takes over at
+        // once. (After an upgrade the new process has its own lease.)
+        signals.rt.block_on(node.leave());
+    }
     let _ = stop_tx.send(true);
     // The admin listener has a thread of its own: it answers /healthz (503
     // now) and /metrics while the workers drain.
