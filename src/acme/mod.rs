@@ -36,8 +36,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use instant_acme::{
-    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
-    NewOrder, OrderStatus, Problem, RetryPolicy, RevocationRequest,
+    Account, AccountCredentials, AuthorizationStatus, ChallengeStatus, ChallengeType, Identifier,
+    NewAccount, NewOrder, OrderStatus, Problem, RetryPolicy, RevocationRequest,
 };
 use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, PublicKeyData};
 use rustls::pki_types::pem::PemObject;
@@ -111,6 +111,34 @@ pub trait Publish: Sync {
     fn withdraw(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
 }
 
+/// An order to go on with rather than placing a new one (see [`Track`]).
+pub struct Resume {
+    /// The order's URL at the CA.
+    pub url: String,
+    /// The certificate key made for it before it was finalized, PKCS#8
+    /// PEM, if it got that far.
+    pub key_pem: Option<String>,
+}
+
+/// Where an order's progress is kept besides this process (the fleet's
+/// etcd), so that another process finishes the same order should this one
+/// die: the order placed, then the certificate key before it is finalized.
+/// A failure to keep either stops the order before the CA does more.
+pub trait Track: Sync {
+    /// The order to go on with, if one was kept.
+    fn resume(&self) -> Option<Resume>;
+    /// What the CA says of the order [`Track::resume`] gave: its status
+    /// ("pending", "ready", "processing", "valid", "invalid"), or `None`
+    /// when it does not know it; `resumed` false when it cannot be
+    /// finished (a new order is placed then, so forget this one).
+    fn found<'a>(&'a self, status: Option<&'a str>, resumed: bool) -> PublishFuture<'a>;
+    /// A new order was placed at `url`.
+    fn placed<'a>(&'a self, url: &'a str) -> PublishFuture<'a>;
+    /// The certificate key for the order at `url`, made before it is
+    /// finalized with it.
+    fn keyed<'a>(&'a self, url: &'a str, key_pem: &'a str) -> PublishFuture<'a>;
+}
+
 /// A certificate chain and its key, as issued (or stored).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Issued {
@@ -144,6 +172,16 @@ pub enum AcmeError {
     Adopt { names: String, why: String },
     #[error("the answer for {name} could not be shared with the fleet, so the CA was not asked to validate: {detail}")]
     Publish { name: String, detail: String },
+    #[error(
+        "the order for {names} could not {step} in the fleet, so it went no further: {detail}"
+    )]
+    Track {
+        names: String,
+        step: &'static str,
+        detail: String,
+    },
+    #[error("the fleet's ACME account for {url}: {detail}")]
+    FleetAccount { url: String, detail: String },
     #[error("{name:?} cannot be in an ACME certificate: {reason}")]
     BadName { name: String, reason: &'static str },
     #[error("could not {action} {}: {source}; check that the ACME state directory is writable by this user", path.display())]
@@ -347,6 +385,19 @@ pub async fn obtain_published(
     kind: ChallengeKind,
     publish: Option<&dyn Publish>,
 ) -> Result<Issued, AcmeError> {
+    obtain_tracked(settings, names, challenges, kind, publish, None).await
+}
+
+/// [`obtain_published`], the order's progress also given to `track` (and
+/// the order it keeps, if any, finished rather than a new one placed).
+pub async fn obtain_tracked(
+    settings: &AcmeSettings,
+    names: &[String],
+    challenges: &Challenges,
+    kind: ChallengeKind,
+    publish: Option<&dyn Publish>,
+    track: Option<&dyn Track>,
+) -> Result<Issued, AcmeError> {
     let names = normalize(names)?;
     // Only DNS-01 proves a wildcard: say so before ordering anything.
     let dns = matches!(kind, ChallengeKind::Auto | ChallengeKind::Dns01) && settings.dns.is_some();
@@ -358,7 +409,7 @@ pub async fn obtain_published(
         });
     }
     let http = client::AcmeHttp::new(settings.extra_roots.as_deref())?;
-    let work = obtain_names(settings, &names, challenges, kind, http, publish);
+    let work = obtain_names(settings, &names, challenges, kind, http, publish, track);
     let result = match tokio::time::timeout(OBTAIN_TIMEOUT, work).await {
         Ok(result) => result,
         Err(_) => Err(AcmeError::Timeout {
@@ -382,6 +433,7 @@ async fn obtain_names<H: instant_acme::HttpClient + Clone>(
     kind: ChallengeKind,
     http: H,
     publish: Option<&dyn Publish>,
+    track: Option<&dyn Track>,
 ) -> Result<Issued, AcmeError> {
     let listed = names.join(", ");
     let published_error =
@@ -396,151 +448,204 @@ async fn obtain_names<H: instant_acme::HttpClient + Clone>(
         detail,
     };
 
+    let tracked = |step: &'static str| {
+        let names = listed.clone();
+        move |e: Box<dyn std::error::Error + Send + Sync>| AcmeError::Track {
+            names,
+            step,
+            detail: e.to_string(),
+        }
+    };
+
     let (account, created) = account(settings, true, http.clone()).await?;
-    let mut order = place_order(settings, account, created, http, &identifiers, names).await?;
+    let resumed = match track.and_then(|t| t.resume().map(|r| (t, r))) {
+        Some((t, r)) => resume_order(settings, &account, t, r, &listed).await?,
+        None => None,
+    };
+    let resuming = resumed.is_some();
+    let (mut order, kept_key) = match resumed {
+        Some(resumed) => resumed,
+        None => {
+            let order = place_order(settings, account, created, http, &identifiers, names).await?;
+            if let Some(t) = track {
+                t.placed(order.url())
+                    .await
+                    .map_err(tracked("keep the order placed"))?;
+            }
+            (order, None)
+        }
+    };
+    // A resumed order the CA is issuing, or has issued, is only fetched.
+    let finalized = matches!(
+        order.state().status,
+        OrderStatus::Processing | OrderStatus::Valid
+    );
+    if !finalized {
+        // The authorizations first, each fetched once; the loop below then
+        // reads them from the order without asking the CA again.
+        retry_bad_nonce!(fetch_authorizations(&mut order)).map_err(|e| {
+            bad_nonce_or(
+                e,
+                settings,
+                &format!("fetching the authorizations for {listed}"),
+                |e| order_error(describe(&e)),
+            )
+        })?;
 
-    // The authorizations first, each fetched once; the loop below then
-    // reads them from the order without asking the CA again.
-    retry_bad_nonce!(fetch_authorizations(&mut order)).map_err(|e| {
-        bad_nonce_or(
-            e,
-            settings,
-            &format!("fetching the authorizations for {listed}"),
-            |e| order_error(describe(&e)),
-        )
-    })?;
+        // Put up a challenge certificate for each name the CA wants proven; the
+        // guards take them down when this function returns, however it does.
+        let mut answering = Vec::new();
+        let mut answering_http = Vec::new();
+        // DNS-01 records added; removed (awaited) once the CA is done, or by
+        // the guard's drop on any other way out.
+        let mut published: Option<dns01::Published> = None;
+        // The kind of challenge answered, for the words of a failure.
+        let mut tried = ChallengeType::TlsAlpn01;
+        let mut authorizations = order.authorizations();
+        while let Some(authorization) = authorizations.next().await {
+            let mut authorization = authorization.map_err(|e| order_error(describe(&e)))?;
+            let name = authorization.identifier().to_string();
+            match authorization.status {
+                AuthorizationStatus::Pending => {}
+                // Proven recently enough that the CA reuses it.
+                AuthorizationStatus::Valid => continue,
+                status => {
+                    return Err(AcmeError::Challenge {
+                        name,
+                        detail: format!("its authorization is {status:?}, not pending"),
+                    })
+                }
+            }
+            let offered = offered(&authorization.challenges);
+            let can = Can {
+                http: challenges.http_listening(),
+                dns: settings.dns.is_some(),
+            };
+            let wildcard = authorization.wildcard;
+            let ty = pick_challenge(kind, can, wildcard, |t| {
+                authorization.challenges.iter().any(|c| c.r#type == t)
+            })
+            .ok_or_else(|| AcmeError::NoChallenge {
+                name: name.clone(),
+                offered,
+                wanted: wanted(kind, can, wildcard),
+            })?;
+            let Some(mut challenge) = authorization.challenge(ty.clone()) else {
+                unreachable!("pick_challenge picks an offered challenge")
+            };
+            let key_authorization = challenge.key_authorization();
+            tried = ty.clone();
+            if ty == ChallengeType::Http01 {
+                answering_http
+                    .push(challenges.answer_http(&challenge.token, key_authorization.as_str()));
+                if let Some(p) = publish {
+                    p.http_01(&challenge.token, key_authorization.as_str())
+                        .await
+                        .map_err(|e| published_error(&name, e))?;
+                }
+            } else if let (ChallengeType::Dns01, Some(dns)) = (&ty, &settings.dns) {
+                published
+                    .get_or_insert_with(|| dns01::Published::new(dns.clone()))
+                    .add(&name, &key_authorization.dns_value())
+                    .await
+                    .map_err(|source| AcmeError::Dns {
+                        name: name.clone(),
+                        source: Box::new(source),
+                    })?;
+            } else {
+                let digest = key_authorization.digest();
+                let key = challenge::challenge_key(&name, digest.as_ref())?;
+                answering.push(challenges.answer(&name, key));
+                if let Some(p) = publish {
+                    p.tls_alpn_01(&name, digest.as_ref())
+                        .await
+                        .map_err(|e| published_error(&name, e))?;
+                }
+            }
+            // A resumed order's challenge may be under validation already.
+            if resuming && challenge.status != ChallengeStatus::Pending {
+                continue;
+            }
+            retry_bad_nonce!(challenge.set_ready()).map_err(|e| {
+                bad_nonce_or(e, settings, &format!("asking it to validate {name}"), |e| {
+                    challenge_error(&ty, name.clone(), describe(&e))
+                })
+            })?;
+        }
 
-    // Put up a challenge certificate for each name the CA wants proven; the
-    // guards take them down when this function returns, however it does.
-    let mut answering = Vec::new();
-    let mut answering_http = Vec::new();
-    // DNS-01 records added; removed (awaited) once the CA is done, or by
-    // the guard's drop on any other way out.
-    let mut published: Option<dns01::Published> = None;
-    // The kind of challenge answered, for the words of a failure.
-    let mut tried = ChallengeType::TlsAlpn01;
-    let mut authorizations = order.authorizations();
-    while let Some(authorization) = authorizations.next().await {
-        let mut authorization = authorization.map_err(|e| order_error(describe(&e)))?;
-        let name = authorization.identifier().to_string();
-        match authorization.status {
-            AuthorizationStatus::Pending => {}
-            // Proven recently enough that the CA reuses it.
-            AuthorizationStatus::Valid => continue,
-            status => {
-                return Err(AcmeError::Challenge {
-                    name,
-                    detail: format!("its authorization is {status:?}, not pending"),
+        let ready = retry_bad_nonce!(order.poll_ready(&poll_policy()));
+        if let Some(published) = published.take() {
+            published.remove().await;
+        }
+        match ready {
+            Ok(OrderStatus::Ready) => {}
+            Err(e) if is_bad_nonce(&e) => {
+                return Err(AcmeError::BadNonce {
+                    url: settings.directory.clone(),
+                    step: format!("polling the order for {listed}"),
                 })
             }
-        }
-        let offered = offered(&authorization.challenges);
-        let can = Can {
-            http: challenges.http_listening(),
-            dns: settings.dns.is_some(),
-        };
-        let wildcard = authorization.wildcard;
-        let ty = pick_challenge(kind, can, wildcard, |t| {
-            authorization.challenges.iter().any(|c| c.r#type == t)
-        })
-        .ok_or_else(|| AcmeError::NoChallenge {
-            name: name.clone(),
-            offered,
-            wanted: wanted(kind, can, wildcard),
-        })?;
-        let Some(mut challenge) = authorization.challenge(ty.clone()) else {
-            unreachable!("pick_challenge picks an offered challenge")
-        };
-        let key_authorization = challenge.key_authorization();
-        tried = ty.clone();
-        if ty == ChallengeType::Http01 {
-            answering_http
-                .push(challenges.answer_http(&challenge.token, key_authorization.as_str()));
-            if let Some(p) = publish {
-                p.http_01(&challenge.token, key_authorization.as_str())
-                    .await
-                    .map_err(|e| published_error(&name, e))?;
+            Ok(_) | Err(instant_acme::Error::Api(_)) => {
+                return Err(why_invalid(&mut order, &listed, &tried).await)
             }
-        } else if let (ChallengeType::Dns01, Some(dns)) = (&ty, &settings.dns) {
-            published
-                .get_or_insert_with(|| dns01::Published::new(dns.clone()))
-                .add(&name, &key_authorization.dns_value())
-                .await
-                .map_err(|source| AcmeError::Dns {
-                    name: name.clone(),
-                    source: Box::new(source),
-                })?;
-        } else {
-            let digest = key_authorization.digest();
-            let key = challenge::challenge_key(&name, digest.as_ref())?;
-            answering.push(challenges.answer(&name, key));
-            if let Some(p) = publish {
-                p.tls_alpn_01(&name, digest.as_ref())
-                    .await
-                    .map_err(|e| published_error(&name, e))?;
+            Err(instant_acme::Error::Timeout(_)) => {
+                return Err(AcmeError::Timeout {
+                    what: format!("validating {listed}"),
+                    url: settings.directory.clone(),
+                    secs: POLL_TIMEOUT.as_secs(),
+                })
             }
+            Err(e) => return Err(order_error(describe(&e))),
         }
-        retry_bad_nonce!(challenge.set_ready()).map_err(|e| {
-            bad_nonce_or(e, settings, &format!("asking it to validate {name}"), |e| {
-                challenge_error(&ty, name.clone(), describe(&e))
-            })
-        })?;
+        drop((answering, answering_http));
     }
-
-    let ready = retry_bad_nonce!(order.poll_ready(&poll_policy()));
-    if let Some(published) = published.take() {
-        published.remove().await;
-    }
-    match ready {
-        Ok(OrderStatus::Ready) => {}
-        Err(e) if is_bad_nonce(&e) => {
-            return Err(AcmeError::BadNonce {
-                url: settings.directory.clone(),
-                step: format!("polling the order for {listed}"),
-            })
-        }
-        Ok(_) | Err(instant_acme::Error::Api(_)) => {
-            return Err(why_invalid(&mut order, &listed, &tried).await)
-        }
-        Err(instant_acme::Error::Timeout(_)) => {
-            return Err(AcmeError::Timeout {
-                what: format!("validating {listed}"),
-                url: settings.directory.clone(),
-                secs: POLL_TIMEOUT.as_secs(),
-            })
-        }
-        Err(e) => return Err(order_error(describe(&e))),
-    }
-    drop((answering, answering_http));
 
     // The certificate's key: fresh for every issuance, so a renewal never
-    // prolongs the life of a key that may have leaked.
-    let key =
-        KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| AcmeError::Key {
-            what: format!("the key for {listed}"),
+    // prolongs the life of a key that may have leaked; the one kept for a
+    // resumed order, which may have been finalized with it already.
+    let key = match kept_key {
+        Some(pem) => KeyPair::from_pem(&pem).map_err(|e| AcmeError::Key {
+            what: format!("the kept key for {listed}"),
             detail: e.to_string(),
-        })?;
-    let csr = CertificateParams::new(names.to_vec())
-        .and_then(|mut params| {
-            params.distinguished_name = DistinguishedName::new();
-            params.serialize_request(&key)
-        })
-        .map_err(|e| AcmeError::Key {
-            what: format!("the certificate request for {listed}"),
-            detail: e.to_string(),
-        })?;
+        })?,
+        None => {
+            let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| {
+                AcmeError::Key {
+                    what: format!("the key for {listed}"),
+                    detail: e.to_string(),
+                }
+            })?;
+            if let Some(t) = track {
+                t.keyed(order.url(), &key.serialize_pem())
+                    .await
+                    .map_err(tracked("keep the certificate key"))?;
+            }
+            key
+        }
+    };
     let issue_error = |detail: String| AcmeError::Issue {
         names: listed.clone(),
         detail,
     };
-    retry_bad_nonce!(order.finalize_csr(csr.der())).map_err(|e| {
-        bad_nonce_or(
-            e,
-            settings,
-            &format!("finalizing the order for {listed}"),
-            |e| issue_error(describe(&e)),
-        )
-    })?;
+    if !finalized {
+        let csr = CertificateParams::new(names.to_vec())
+            .and_then(|mut params| {
+                params.distinguished_name = DistinguishedName::new();
+                params.serialize_request(&key)
+            })
+            .map_err(|e| AcmeError::Key {
+                what: format!("the certificate request for {listed}"),
+                detail: e.to_string(),
+            })?;
+        retry_bad_nonce!(order.finalize_csr(csr.der())).map_err(|e| {
+            bad_nonce_or(
+                e,
+                settings,
+                &format!("finalizing the order for {listed}"),
+                |e| issue_error(describe(&e)),
+            )
+        })?;
+    }
     let chain_pem = match retry_bad_nonce!(order.poll_certificate(&poll_policy())) {
         Ok(chain) => chain,
         Err(e) if is_bad_nonce(&e) => {
@@ -568,6 +673,59 @@ async fn obtain_names<H: instant_acme::HttpClient + Clone>(
     store(settings, names, &issued)?;
     tracing::info!(names = %listed, not_after = %httpdate::fmt_http_date(issued.not_after), "ACME certificate issued");
     Ok(issued)
+}
+
+/// The order `resume` names, fetched from the CA, with the key kept for
+/// it: `None` when a new one must be placed instead (the CA no longer
+/// knows it, it is invalid, or it was finalized with a key not kept). A
+/// failure to reach the CA is an error: ordering anew then could make a
+/// second certificate.
+async fn resume_order(
+    settings: &AcmeSettings,
+    account: &Account,
+    track: &dyn Track,
+    resume: Resume,
+    listed: &str,
+) -> Result<Option<(instant_acme::Order, Option<String>)>, AcmeError> {
+    let tracked = |e: Box<dyn std::error::Error + Send + Sync>| AcmeError::Track {
+        names: listed.to_string(),
+        step: "forget the order it cannot finish",
+        detail: e.to_string(),
+    };
+    match retry_bad_nonce!(account.order(resume.url.clone())) {
+        Ok(mut order) => {
+            let status = order.state().status;
+            let word = match status {
+                OrderStatus::Pending => "pending",
+                OrderStatus::Ready => "ready",
+                OrderStatus::Processing => "processing",
+                OrderStatus::Valid => "valid",
+                OrderStatus::Invalid => "invalid",
+            };
+            let resumed = match status {
+                OrderStatus::Pending | OrderStatus::Ready => true,
+                OrderStatus::Processing | OrderStatus::Valid => resume.key_pem.is_some(),
+                OrderStatus::Invalid => false,
+            };
+            track.found(Some(word), resumed).await.map_err(tracked)?;
+            Ok(resumed.then_some((order, resume.key_pem)))
+        }
+        // A problem document: the CA does not know the order (any more).
+        Err(instant_acme::Error::Api(_)) => {
+            track.found(None, false).await.map_err(tracked)?;
+            Ok(None)
+        }
+        Err(e) => Err(bad_nonce_or(
+            e,
+            settings,
+            &format!("fetching the order for {listed} to resume"),
+            |e| AcmeError::Order {
+                url: settings.directory.clone(),
+                names: listed.to_string(),
+                detail: describe(&e),
+            },
+        )),
+    }
 }
 
 /// What this process can answer besides TLS-ALPN-01: HTTP-01 (a
@@ -1118,6 +1276,46 @@ async fn register<H: instant_acme::HttpClient + Clone>(
     Ok(account)
 }
 
+/// The account for `settings.directory` as its file holds it (the JSON
+/// of instant-acme's `AccountCredentials`, naming the directory): the
+/// stored one, else one registered now and saved. For the fleet, which
+/// shares it.
+pub async fn account_credentials(settings: &AcmeSettings) -> Result<Vec<u8>, AcmeError> {
+    let http = client::AcmeHttp::new(settings.extra_roots.as_deref())?;
+    account(settings, true, http).await?;
+    let path = account_path(settings);
+    read_state(&path).map_err(|source| AcmeError::Io {
+        action: "read",
+        path,
+        source,
+    })
+}
+
+/// Make `credentials` (an account file's JSON, from the fleet) the account
+/// for `settings.directory`, saved 0600 where [`account_path`] says, so
+/// that revocation and ARI use it too; nothing is written when the file
+/// holds it already. Refused unless it is an account of this directory.
+pub fn use_account(settings: &AcmeSettings, credentials: &[u8]) -> Result<(), AcmeError> {
+    let bad = |detail: String| AcmeError::FleetAccount {
+        url: settings.directory.clone(),
+        detail,
+    };
+    let stored: serde_json::Value =
+        serde_json::from_slice(credentials).map_err(|e| bad(e.to_string()))?;
+    let registered_with = stored.get("directory").and_then(serde_json::Value::as_str);
+    if registered_with != Some(settings.directory.as_str()) {
+        return Err(bad(format!(
+            "it is for the directory {registered_with:?}, not this one"
+        )));
+    }
+    let _: AccountCredentials = serde_json::from_value(stored).map_err(|e| bad(e.to_string()))?;
+    let path = account_path(settings);
+    if read_state(&path).is_ok_and(|held| held == credentials) {
+        return Ok(());
+    }
+    write_atomic(&path, credentials, 0o600)
+}
+
 fn cert_dir(settings: &AcmeSettings, first: &str) -> PathBuf {
     settings.state_dir.join("certs").join(first)
 }
@@ -1375,6 +1573,9 @@ mod tests {
 
     #[derive(Default)]
     struct NonceCaLog {
+        /// The status of the order at /order/1 when fetched (as an order
+        /// to resume is); `None`: the CA does not know it.
+        existing: Option<&'static str>,
         /// The POSTs to this path are the ones rejected, and logged.
         reject_path: &'static str,
         reject: usize,
@@ -1532,6 +1733,20 @@ mod tests {
                                     }
                                 }
                             }
+                            "/order/1" => match log.existing {
+                                Some(status) => {
+                                    made = format!(
+                                        r#"{{"status":"{status}","identifiers":[{{"type":"dns","value":"a.example.com"}}],"authorizations":["https://ca.test/authz/1"],"finalize":"https://ca.test/finalize/1"}}"#
+                                    );
+                                    (answer.status(200), made.as_str())
+                                }
+                                None => (
+                                    answer
+                                        .status(404)
+                                        .header("Content-Type", "application/problem+json"),
+                                    r#"{"type":"urn:ietf:params:acme:error:malformed","detail":"No order found","status":404}"#,
+                                ),
+                            },
                             "/authz/1" => (
                                 answer.status(200),
                                 r#"{"status":"pending","identifier":{"type":"dns","value":"a.example.com"},"challenges":[{"type":"tls-alpn-01","url":"https://ca.test/chall/1","token":"tok","status":"pending"}]}"#,
@@ -1624,6 +1839,7 @@ mod tests {
             ChallengeKind::Auto,
             ca.clone(),
             None,
+            None,
         )
         .await
         else {
@@ -1668,6 +1884,7 @@ mod tests {
                 &Challenges::default(),
                 ChallengeKind::Auto,
                 ca.clone(),
+                None,
                 None,
             )
             .await
@@ -1749,6 +1966,139 @@ mod tests {
         assert_eq!(orders[0].get("replaces"), None, "{}", orders[0]);
     }
 
+    /// The fleet's account becomes this node's account file (0600) only if
+    /// it is an account of this directory.
+    #[test]
+    fn an_account_from_the_fleet_must_be_of_this_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let settings = AcmeSettings {
+            directory: "https://ca.test/dir".into(),
+            ..AcmeSettings::new(dir.path())
+        };
+        let credentials = |directory: &str| {
+            serde_json::json!({
+                "id": "https://ca.test/account/1",
+                "key_pkcs8": "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg",
+                "directory": directory,
+            })
+            .to_string()
+        };
+        let other = credentials("https://other.test/dir");
+        let err = use_account(&settings, other.as_bytes()).unwrap_err();
+        assert!(matches!(err, AcmeError::FleetAccount { .. }), "{err:?}");
+        assert!(err.to_string().contains("other.test"), "{err}");
+        assert!(use_account(&settings, b"not json").is_err());
+        assert!(!account_path(&settings).exists());
+
+        let ours = credentials("https://ca.test/dir");
+        use_account(&settings, ours.as_bytes()).unwrap();
+        let path = account_path(&settings);
+        assert_eq!(std::fs::read(&path).unwrap(), ours.as_bytes());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    /// A [`Track`] that resumes `resume` (a URL, and a key if kept) and
+    /// notes each call.
+    struct Noting {
+        resume: Option<(&'static str, Option<String>)>,
+        calls: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl Track for Noting {
+        fn resume(&self) -> Option<Resume> {
+            self.resume.as_ref().map(|(url, key)| Resume {
+                url: url.to_string(),
+                key_pem: key.clone(),
+            })
+        }
+        fn found<'a>(&'a self, status: Option<&'a str>, resumed: bool) -> PublishFuture<'a> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("found {status:?} {resumed}"));
+            Box::pin(async { Ok(()) })
+        }
+        fn placed<'a>(&'a self, url: &'a str) -> PublishFuture<'a> {
+            self.calls.lock().unwrap().push(format!("placed {url}"));
+            Box::pin(async { Ok(()) })
+        }
+        fn keyed<'a>(&'a self, url: &'a str, _key_pem: &'a str) -> PublishFuture<'a> {
+            self.calls.lock().unwrap().push(format!("keyed {url}"));
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    /// An order kept by another process: fetched from the CA and gone on
+    /// with while pending (no new order); invalid, unknown to the CA, or
+    /// finalized with a key that was not kept, it is forgotten and a new
+    /// order placed, which is kept. Without a kept order, the new one is
+    /// kept as soon as it is placed.
+    #[tokio::test]
+    async fn a_kept_order_is_resumed_or_replaced_by_what_the_ca_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = vec!["a.example.com".to_string()];
+        let settings = AcmeSettings {
+            directory: "https://ca.test/dir".into(),
+            ..AcmeSettings::new(dir.path())
+        };
+        let url = "https://ca.test/order/1";
+        for (existing, resume, calls, orders) in [
+            (
+                Some("pending"),
+                true,
+                vec!["found Some(\"pending\") true"],
+                0,
+            ),
+            (
+                Some("invalid"),
+                true,
+                vec![
+                    "found Some(\"invalid\") false",
+                    "placed https://ca.test/order/1",
+                ],
+                1,
+            ),
+            (
+                Some("valid"),
+                true,
+                vec![
+                    "found Some(\"valid\") false",
+                    "placed https://ca.test/order/1",
+                ],
+                1,
+            ),
+            (
+                None,
+                true,
+                vec!["found None false", "placed https://ca.test/order/1"],
+                1,
+            ),
+            (None, false, vec!["placed https://ca.test/order/1"], 1),
+        ] {
+            let ca = NonceCa::with_directory("", false);
+            ca.0.lock().unwrap().existing = existing;
+            let track = Noting {
+                resume: resume.then_some((url, None)),
+                calls: Default::default(),
+            };
+            // It ends at the challenge, which this CA does not know.
+            let _ = obtain_names(
+                &settings,
+                &names,
+                &Challenges::default(),
+                ChallengeKind::Auto,
+                ca.clone(),
+                None,
+                Some(&track),
+            )
+            .await;
+            assert_eq!(*track.calls.lock().unwrap(), calls, "{existing:?}");
+            assert_eq!(ca.0.lock().unwrap().orders.len(), orders, "{existing:?}");
+        }
+    }
+
     /// The orders the fake CA `ca` received while `obtain_names` ran
     /// against it (it has no challenge to validate: only the orders count).
     async fn orders_placed(
@@ -1762,6 +2112,7 @@ mod tests {
             &Challenges::default(),
             ChallengeKind::Auto,
             ca.clone(),
+            None,
             None,
         )
         .await;

@@ -123,7 +123,7 @@ pub(super) enum Answer {
 pub struct Node {
     pub(super) settings: FleetSettings,
     secrets: Secrets,
-    keys: FleetKeys,
+    pub(super) keys: FleetKeys,
     challenges: Challenges,
     /// The fleet's ticket keys (`None`: not shared, e.g. in tests).
     tickets: Option<super::tickets::FleetTickets>,

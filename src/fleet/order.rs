@@ -3,12 +3,18 @@
 //! orders a set at a time and a dead node's lock goes with its lease), the
 //! challenge answers published to etcd before the CA validates (so any
 //! node answers), and the certificate shared in the transaction that lets
-//! the lock go (so nothing is written by a node that lost the lock).
+//! the lock go (so nothing is written by a node that lost the lock). Also
+//! the fleet's one ACME account (`P/acme/D/account`, sealed), and the
+//! order record (`P/acme/D/order/S`) through which a node that takes the
+//! lock over from a dead holder finishes the holder's order rather than
+//! placing a second one.
 
 use super::etcd::{EtcdErrorKind, FleetError};
 use super::node::{hex, secs_of, set_key, Answer, Holder, Node, Session, StoredCert};
-use crate::acme::{AcmeSettings, Issued};
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use crate::acme::{AcmeError, AcmeSettings, Issued, PublishFuture, Resume};
+use base64::Engine as _;
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
@@ -21,6 +27,27 @@ pub struct Lock {
     /// a node whose lease ran out writes nothing.
     revision: i64,
     names: Vec<String>,
+}
+
+/// An order under the lock, as kept in etcd (`P/acme/D/order/S`): not on
+/// any lease, so that it outlives its holder.
+#[derive(Serialize, Deserialize)]
+struct OrderRecord {
+    /// The order's URL at the CA.
+    url: String,
+    /// "ordered", then "finalizing" once the key is kept.
+    state: String,
+    /// The certificate key, PKCS#8 PEM, sealed (the etcd key as
+    /// associated data), base64; kept before the order is finalized.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
+    /// The node that placed it.
+    by: String,
+    since: u64,
+}
+
+fn now_secs() -> u64 {
+    secs_of(SystemTime::now())
 }
 
 /// What [`Node::lock`] found.
@@ -132,6 +159,138 @@ impl Node {
             .await;
     }
 
+    fn order_key(&self, acme: &AcmeSettings, names: &[String]) -> String {
+        format!("{}order/{}", self.acme_prefix(acme), set_key(names))
+    }
+
+    /// The fleet's ACME account, taken under `lock` before an order: the
+    /// one in etcd, made this node's own (its account file, which `acme
+    /// revoke` and ARI read); if etcd has none, this node's (registered now
+    /// if it has none either) put there if still absent, else the one
+    /// another node put meanwhile.
+    pub async fn share_account(&self, acme: &AcmeSettings, lock: &Lock) -> Result<(), AcmeError> {
+        let key = format!("{}account", self.acme_prefix(acme));
+        let fleet = |detail: String| AcmeError::FleetAccount {
+            url: acme.directory.clone(),
+            detail,
+        };
+        let Some(Session { mut client, .. }) = self.session() else {
+            return Err(fleet("no session with etcd now".into()));
+        };
+        let got = client
+            .get(key.as_str(), None)
+            .await
+            .map_err(|e| fleet(self.etcd_error("read the ACME account", &e).to_string()))?;
+        if let Some(kv) = got.kvs().first() {
+            return self.use_account(acme, &key, kv.value());
+        }
+        let ours = crate::acme::account_credentials(acme).await?;
+        let sealed = self
+            .keys
+            .seal(key.as_bytes(), &ours)
+            .map_err(|e| fleet(format!("sealing it: {e}")))?;
+        let r = client
+            .txn(
+                Txn::new()
+                    .when([
+                        Compare::create_revision(key.as_str(), CompareOp::Equal, 0),
+                        Compare::create_revision(
+                            lock.key.as_str(),
+                            CompareOp::Equal,
+                            lock.revision,
+                        ),
+                    ])
+                    .and_then([TxnOp::put(key.as_str(), sealed, None)])
+                    .or_else([TxnOp::get(key.as_str(), None)]),
+            )
+            .await
+            .map_err(|e| fleet(self.etcd_error("share the ACME account", &e).to_string()))?;
+        if r.succeeded() {
+            println!("fleet: this node's ACME account shared with the fleet");
+            return Ok(());
+        }
+        let theirs = r.op_responses().into_iter().find_map(|op| match op {
+            TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+            _ => None,
+        });
+        match theirs {
+            Some(value) => self.use_account(acme, &key, &value),
+            None => Err(fleet(
+                "the order lock was lost (this node's lease expired) before it was shared".into(),
+            )),
+        }
+    }
+
+    /// The account sealed under `key` in etcd, made this node's.
+    fn use_account(&self, acme: &AcmeSettings, key: &str, sealed: &[u8]) -> Result<(), AcmeError> {
+        let credentials =
+            self.keys
+                .open(key.as_bytes(), sealed)
+                .map_err(|e| AcmeError::FleetAccount {
+                    url: acme.directory.clone(),
+                    detail: format!("{key} does not open: {e}"),
+                })?;
+        crate::acme::use_account(acme, &credentials)
+    }
+
+    /// The order record under `lock`, if a holder before left one.
+    pub async fn tracker<'a>(
+        &'a self,
+        acme: &AcmeSettings,
+        lock: &Lock,
+    ) -> Result<Tracker<'a>, FleetError> {
+        let key = self.order_key(acme, &lock.names);
+        let Some(Session { mut client, .. }) = self.session() else {
+            return Err(self.failed(
+                "read the order record",
+                EtcdErrorKind::Unreachable,
+                "no session with etcd now",
+            ));
+        };
+        let got = client
+            .get(key.as_str(), None)
+            .await
+            .map_err(|e| self.etcd_error("read the order record", &e))?;
+        let mut found = None;
+        if let Some(kv) = got.kvs().first() {
+            match serde_json::from_slice::<OrderRecord>(kv.value()) {
+                Ok(record) => found = Some(record),
+                Err(e) => tracing::warn!("fleet: {key}: not an order record ({e}); ignored"),
+            }
+        }
+        let resume = match found {
+            Some(record) => {
+                let key_pem = match &record.key {
+                    None => None,
+                    Some(sealed) => Some(self.open_key(&key, sealed).map_err(|detail| {
+                        self.failed("read the order record", EtcdErrorKind::Other, detail)
+                    })?),
+                };
+                Some((record, key_pem))
+            }
+            None => None,
+        };
+        Ok(Tracker {
+            node: self,
+            key,
+            lock_key: lock.key.clone(),
+            lock_revision: lock.revision,
+            names: lock.names.join(", "),
+            resume: Mutex::new(resume),
+        })
+    }
+
+    fn open_key(&self, key: &str, sealed: &str) -> Result<String, String> {
+        let sealed = base64::engine::general_purpose::STANDARD
+            .decode(sealed)
+            .map_err(|e| format!("{key}: the key's base64: {e}"))?;
+        let pem = self
+            .keys
+            .open(key.as_bytes(), &sealed)
+            .map_err(|e| format!("{key}: {e}"))?;
+        String::from_utf8(pem.to_vec()).map_err(|e| format!("{key}: {e}"))
+    }
+
     /// Put the certificate obtained under `lock` into etcd and let go of
     /// the lock, in one transaction that holds only while the lock is ours.
     pub async fn publish(
@@ -160,6 +319,7 @@ impl Node {
                     )])
                     .and_then([
                         TxnOp::put(key.as_str(), value, None),
+                        TxnOp::delete(self.order_key(acme, &lock.names).as_str(), None),
                         TxnOp::delete(lock.key.as_str(), None),
                     ]),
             )
@@ -259,6 +419,141 @@ impl crate::acme::Publish for Publisher<'_> {
             for k in keys {
                 let _ = client.delete(k.as_str(), None).await;
             }
+        })
+    }
+}
+
+/// The order record of an order under a [`Lock`] (`P/acme/D/order/S`):
+/// read when the lock is taken (an order a dead holder left is resumed),
+/// written as the order goes on, each write only while the lock is ours;
+/// deleted with the certificate's publication.
+pub struct Tracker<'a> {
+    node: &'a Node,
+    key: String,
+    lock_key: String,
+    lock_revision: i64,
+    names: String,
+    /// The record found, and its key opened, until the order is resumed.
+    resume: Mutex<Option<(OrderRecord, Option<String>)>>,
+}
+
+impl Tracker<'_> {
+    /// `op` (a put or a delete of the record) in a transaction that holds
+    /// only while the lock is ours.
+    async fn write(&self, what: &'static str, op: TxnOp) -> Result<(), FleetError> {
+        let Some(Session { mut client, .. }) = self.node.session() else {
+            return Err(self.node.failed(
+                what,
+                EtcdErrorKind::Unreachable,
+                "no session with etcd now",
+            ));
+        };
+        let r = client
+            .txn(
+                Txn::new()
+                    .when([Compare::create_revision(
+                        self.lock_key.as_str(),
+                        CompareOp::Equal,
+                        self.lock_revision,
+                    )])
+                    .and_then([op]),
+            )
+            .await
+            .map_err(|e| self.node.etcd_error(what, &e))?;
+        if !r.succeeded() {
+            return Err(self.node.failed(
+                what,
+                EtcdErrorKind::Other,
+                "the order lock was lost (this node's lease expired)",
+            ));
+        }
+        Ok(())
+    }
+
+    fn record(&self, url: &str, key: Option<String>) -> String {
+        serde_json::to_string(&OrderRecord {
+            url: url.to_string(),
+            state: if key.is_some() {
+                "finalizing"
+            } else {
+                "ordered"
+            }
+            .into(),
+            key,
+            by: self.node.settings.node.clone(),
+            since: now_secs(),
+        })
+        .unwrap_or_default()
+    }
+}
+
+impl crate::acme::Track for Tracker<'_> {
+    fn resume(&self) -> Option<Resume> {
+        let guard = self.resume.lock().unwrap_or_else(PoisonError::into_inner);
+        let (record, key_pem) = guard.as_ref()?;
+        Some(Resume {
+            url: record.url.clone(),
+            key_pem: key_pem.clone(),
+        })
+    }
+
+    fn found<'b>(&'b self, status: Option<&'b str>, resumed: bool) -> PublishFuture<'b> {
+        let by = self
+            .resume
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .map(|(record, _)| record.by)
+            .unwrap_or_default();
+        Box::pin(async move {
+            let status_said = status.unwrap_or("unknown to the CA");
+            if resumed {
+                println!(
+                    "fleet: resuming the order of {by} for {} (state {status_said})",
+                    self.names
+                );
+                return Ok(());
+            }
+            println!(
+                "fleet: the order of {by} for {} cannot be finished (state {status_said}): \
+                 ordering anew",
+                self.names
+            );
+            self.write("forget an order", TxnOp::delete(self.key.as_str(), None))
+                .await
+                .map_err(Into::into)
+        })
+    }
+
+    fn placed<'b>(&'b self, url: &'b str) -> PublishFuture<'b> {
+        Box::pin(async move {
+            let record = self.record(url, None);
+            self.write(
+                "keep the order",
+                TxnOp::put(self.key.as_str(), record, None),
+            )
+            .await
+            .map_err(Into::into)
+        })
+    }
+
+    fn keyed<'b>(&'b self, url: &'b str, key_pem: &'b str) -> PublishFuture<'b> {
+        Box::pin(async move {
+            let sealed = self
+                .node
+                .keys
+                .seal(self.key.as_bytes(), key_pem.as_bytes())
+                .map_err(|e| format!("sealing the key: {e}"))?;
+            let record = self.record(
+                url,
+                Some(base64::engine::general_purpose::STANDARD.encode(sealed)),
+            );
+            self.write(
+                "keep the certificate key",
+                TxnOp::put(self.key.as_str(), record, None),
+            )
+            .await
+            .map_err(Into::into)
         })
     }
 }

@@ -111,13 +111,29 @@ async fn in_fleet(
             )
         }
     };
+    // One account for the fleet, and the order a dead holder left, if any.
+    if let Err(e) = node.share_account(acme, &lock).await {
+        node.unlock(lock).await;
+        return Obtained::Done(Err(e));
+    }
+    let tracker = match node.tracker(acme, &lock).await {
+        Ok(t) => t,
+        Err(e) => {
+            node.unlock(lock).await;
+            return Obtained::Wait(
+                ETCD_WAIT,
+                format!("due, and not ordered: the order record is unread ({e})"),
+            );
+        }
+    };
     let publisher = Publisher::new(node);
-    let result = crate::acme::obtain_published(
+    let result = crate::acme::obtain_tracked(
         acme,
         &site.names,
         &front.challenges,
         site.acme_challenge,
         Some(&publisher),
+        Some(&tracker),
     )
     .await;
     match &result {
