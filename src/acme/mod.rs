@@ -710,8 +710,12 @@ async fn resume_order(
             track.found(Some(word), resumed).await.map_err(tracked)?;
             Ok(resumed.then_some((order, resume.key_pem)))
         }
-        // A problem document: the CA does not know the order (any more).
-        Err(instant_acme::Error::Api(_)) => {
+        // The CA does not know the order (any more), or not as this
+        // account's; any other problem (a refused nonce, a limit, the CA's
+        // own failure) says nothing of the order and is tried again later.
+        Err(instant_acme::Error::Api(p))
+            if matches!(p.status, Some(404 | 410)) || is_problem(&p, "unauthorized") =>
+        {
             track.found(None, false).await.map_err(tracked)?;
             Ok(None)
         }
@@ -2097,6 +2101,29 @@ mod tests {
             assert_eq!(*track.calls.lock().unwrap(), calls, "{existing:?}");
             assert_eq!(ca.0.lock().unwrap().orders.len(), orders, "{existing:?}");
         }
+
+        // A CA that refuses every nonce of the fetch says nothing of the
+        // order: it is neither forgotten nor replaced.
+        let ca = NonceCa::rejecting("/order/1", usize::MAX);
+        ca.0.lock().unwrap().existing = Some("pending");
+        let track = Noting {
+            resume: Some((url, None)),
+            calls: Default::default(),
+        };
+        let err = obtain_names(
+            &settings,
+            &names,
+            &Challenges::default(),
+            ChallengeKind::Auto,
+            ca.clone(),
+            None,
+            Some(&track),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, AcmeError::BadNonce { .. }), "{err:?}");
+        assert!(track.calls.lock().unwrap().is_empty());
+        assert!(ca.0.lock().unwrap().orders.is_empty());
     }
 
     /// The orders the fake CA `ca` received while `obtain_names` ran
