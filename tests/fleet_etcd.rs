@@ -194,9 +194,8 @@ fn harness_etcd_tls_and_auth_variants() {
 
 // ---- tlsfront nodes on the cluster ----
 
-use common::fleet::{got_certificate, node_config, pebble_root, served_by_all};
+use common::fleet::{balancer, got_certificate, node_config, pebble_root, served_by_all};
 use common::pebble::{free_tcp_port, start_pebble_issuing_for};
-use common::peers::haproxy_tcp_balancer;
 use common::Server;
 use std::path::Path;
 
@@ -229,7 +228,7 @@ fn fleet_orders_each_certificate_once_and_every_node_serves_it() {
     let etcd = EtcdCluster::start(3, EtcdOptions::default());
     let dir = tempfile::tempdir().unwrap();
     let ports = [free_tcp_port(), free_tcp_port(), free_tcp_port()];
-    let lb = haproxy_tcp_balancer(&ports);
+    let lb = balancer(&ports);
     // Short-lived: renewed two thirds in, within the test.
     let pebble = start_pebble_issuing_for(lb.port, Some(Duration::from_secs(40)));
     let name = "once.fleet.test";
@@ -329,7 +328,7 @@ fn fleet_nodes_answer_the_validation_of_another_nodes_order() {
     let etcd = EtcdCluster::start(3, EtcdOptions::default());
     let dir = tempfile::tempdir().unwrap();
     let ports = [free_tcp_port(), free_tcp_port(), free_tcp_port()];
-    let lb = haproxy_tcp_balancer(&ports[1..]);
+    let lb = balancer(&ports[1..]);
     let pebble = start_pebble_issuing_for(lb.port, None);
     let name = "answers.fleet.test";
     let nodes: Vec<Server> = ["a", "b", "c"]
@@ -493,4 +492,384 @@ fn config_check_reaches_etcd_and_names_what_is_wrong() {
     // Settings refused before anything is reached.
     let (ok, out) = config(&endpoints, "");
     assert!(!ok && out.contains("setting [fleet] ca"), "{out}");
+}
+
+// ---- faults, each under load through HAProxy (issue 29, "Faults") ----
+
+use common::fleet::{
+    load, metric, node_config_on, served, served_as_of, try_served, wait_etcd_up, EtcdProxy, Load,
+};
+
+/// Short-lived certificates for the fault tests: the renewal (two thirds
+/// in) falls due within the test, late enough that the setup before the
+/// fault is done by then on a loaded machine.
+const SHORT_LIVED: Duration = Duration::from_secs(45);
+
+/// Shorter still, where a renewal before the fault changes nothing.
+const SHORTER_LIVED: Duration = Duration::from_secs(30);
+
+/// Nodes a, b, c, … on `ports`, node `i` reaching etcd at `endpoints(i)`.
+fn start_nodes(
+    dir: &Path,
+    pebble: &common::pebble::Pebble,
+    ports: &[u16],
+    endpoints: impl Fn(usize) -> Vec<String>,
+    prefix: &str,
+    name: &str,
+) -> Vec<Server> {
+    ports
+        .iter()
+        .enumerate()
+        .map(|(i, port)| start_node(dir, pebble, i, *port, &endpoints(i), prefix, name))
+        .collect()
+}
+
+/// Node `i` (named a, b, c, …) on `port`.
+fn start_node(
+    dir: &Path,
+    pebble: &common::pebble::Pebble,
+    i: usize,
+    port: u16,
+    endpoints: &[String],
+    prefix: &str,
+    name: &str,
+) -> Server {
+    let node = ((b'a' + i as u8) as char).to_string();
+    let config = node_config_on(dir, &node, pebble, endpoints, prefix, name, "");
+    Server::run(&config, &["--listen", &format!("127.0.0.1:{port}")])
+}
+
+/// Wait until every node has the certificate for `name`.
+fn wait_all_got(nodes: &[&Server], name: &str) {
+    wait_until(WAIT, "every node to have the certificate", || {
+        let missing: Vec<usize> = (0..nodes.len())
+            .filter(|&i| !got_certificate(nodes[i], name))
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("nodes {missing:?} lack it"))
+        }
+    });
+}
+
+/// Wait until each of `ports` serves one certificate, none of `old`: the
+/// new one.
+///
+/// A node may serve an expired certificate meanwhile (a short-lived one,
+/// renewed late because etcd was away): that is waited out too.
+fn wait_all_serve_new(ports: &[u16], name: &str, root: &Path, old: &[String]) -> String {
+    wait_until(WAIT, "every node to serve the renewed certificate", || {
+        let now: Vec<Result<String, String>> =
+            ports.iter().map(|&p| try_served(p, name, root)).collect();
+        match &now[..] {
+            [Ok(f), ..]
+                if now
+                    .iter()
+                    .all(|n| n.as_ref().is_ok_and(|g| g == f && !old.contains(g))) =>
+            {
+                Ok(f.clone())
+            }
+            _ => Err(format!("{now:?}, old {old:?}")),
+        }
+    })
+}
+
+fn stop_all(nodes: Vec<Server>) {
+    for n in nodes {
+        let (status, _) = n.stop();
+        assert!(status.success());
+    }
+}
+
+/// The etcd leader killed under load: no request fails, every node has a
+/// session with etcd again, and the renewal that follows is one order
+/// whose certificate every node serves.
+#[test]
+fn fleet_keeps_serving_and_renewing_when_the_etcd_leader_is_killed() {
+    let t0 = Instant::now();
+    let mut etcd = EtcdCluster::start(3, EtcdOptions::default());
+    let dir = tempfile::tempdir().unwrap();
+    let ports = [free_tcp_port(), free_tcp_port(), free_tcp_port()];
+    let lb = balancer(&ports);
+    let pebble = start_pebble_issuing_for(lb.port, Some(SHORTER_LIVED));
+    let name = "leader.fleet.test";
+    let endpoints = etcd.endpoints();
+    let nodes = start_nodes(
+        dir.path(),
+        &pebble,
+        &ports,
+        |_| endpoints.clone(),
+        "/t-leader/",
+        name,
+    );
+    let all: Vec<&Server> = nodes.iter().collect();
+    wait_all_got(&all, name);
+    let root = pebble_root(&pebble, dir.path());
+    let load = load(lb.port, name);
+    load.wait_runs(1);
+
+    let before = served_by_all(&ports, name, &root);
+    let orders = pebble.posts_to("/order-plz");
+    let leader = etcd.leader();
+    etcd.kill(leader);
+    let new = etcd.leader();
+    eprintln!("etcd: leader {leader} killed, {new} elected");
+    wait_etcd_up(&all, true);
+    load.wait_runs(2);
+
+    wait_all_serve_new(&ports, name, &root, &before);
+    assert_eq!(
+        pebble.posts_to("/order-plz"),
+        orders + 1,
+        "one order for the renewal: {}",
+        pebble.log()
+    );
+    load.finish();
+    stop_all(nodes);
+    eprintln!("leader killed: took {:?}", t0.elapsed());
+}
+
+/// All of etcd stopped under load while a renewal falls due: no request
+/// fails, every node says once that it lost etcd and that the renewal
+/// waits for the lock, and nothing is ordered; etcd back, the renewal is
+/// one order and every node serves its certificate.
+#[test]
+fn fleet_orders_nothing_while_etcd_is_down_and_renews_once_it_is_back() {
+    let t0 = Instant::now();
+    let mut etcd = EtcdCluster::start(3, EtcdOptions::default());
+    let dir = tempfile::tempdir().unwrap();
+    let ports = [free_tcp_port(), free_tcp_port(), free_tcp_port()];
+    let lb = balancer(&ports);
+    let pebble = start_pebble_issuing_for(lb.port, Some(SHORT_LIVED));
+    let name = "down.fleet.test";
+    let endpoints = etcd.endpoints();
+    let nodes = start_nodes(
+        dir.path(),
+        &pebble,
+        &ports,
+        |_| endpoints.clone(),
+        "/t-down/",
+        name,
+    );
+    let all: Vec<&Server> = nodes.iter().collect();
+    wait_all_got(&all, name);
+    let root = pebble_root(&pebble, dir.path());
+    let first = served_by_all(&ports, name, &root);
+    let seen = std::time::SystemTime::now();
+    assert!(first.iter().all(|f| *f == first[0]), "{first:?}");
+    let orders = pebble.posts_to("/order-plz");
+    assert_eq!(orders, 1, "{}", pebble.log());
+    let load = load(lb.port, name);
+    load.wait_runs(1);
+
+    etcd.stop_all();
+    let lost = "fleet: lost etcd (";
+    let waits = format!("fleet: {name}: due, and not ordered: an order needs the fleet's lock");
+    for n in &nodes {
+        n.wait_for_output(lost, 1);
+    }
+    wait_etcd_up(&all, false);
+    for n in &nodes {
+        n.wait_for_output(&waits, 1);
+    }
+    load.wait_runs(2);
+    assert_eq!(pebble.posts_to("/order-plz"), orders, "{}", pebble.log());
+    for p in ports {
+        assert_eq!(served_as_of(p, name, &root, seen), first[0]);
+    }
+
+    etcd.start_all();
+    for n in &nodes {
+        n.wait_for_output("fleet: etcd reachable again after ", 1);
+    }
+    wait_all_serve_new(&ports, name, &root, &first);
+    assert_eq!(
+        pebble.posts_to("/order-plz"),
+        orders + 1,
+        "one order for the renewal: {}",
+        pebble.log()
+    );
+    for n in &nodes {
+        let out = n.output();
+        assert_eq!(out.matches(lost).count(), 1, "{out}");
+        assert_eq!(out.matches(&waits).count(), 1, "{out}");
+    }
+    load.finish();
+    stop_all(nodes);
+    eprintln!("etcd stopped: took {:?}", t0.elapsed());
+}
+
+/// etcd down at start: a node restarted serves the certificate in its
+/// state directory at once and says so; a fresh node serves the
+/// placeholder and orders nothing; etcd back, the fresh node gets the
+/// fleet's certificate. The balancer (under load throughout) fronts a and
+/// b, which keep running; c and d are reached directly.
+#[test]
+fn fleet_node_starts_without_etcd_from_its_local_copy() {
+    let t0 = Instant::now();
+    let mut etcd = EtcdCluster::start(3, EtcdOptions::default());
+    let dir = tempfile::tempdir().unwrap();
+    let ports = [
+        free_tcp_port(),
+        free_tcp_port(),
+        free_tcp_port(),
+        free_tcp_port(),
+    ];
+    let lb = balancer(&ports[..2]);
+    let pebble = start_pebble_issuing_for(lb.port, None);
+    let name = "start.fleet.test";
+    let prefix = "/t-start/";
+    let endpoints = etcd.endpoints();
+    let mut nodes = start_nodes(
+        dir.path(),
+        &pebble,
+        &ports[..3],
+        |_| endpoints.clone(),
+        prefix,
+        name,
+    );
+    wait_all_got(&nodes.iter().collect::<Vec<_>>(), name);
+    let root = pebble_root(&pebble, dir.path());
+    let first = served_by_all(&ports[..3], name, &root);
+    assert!(first.iter().all(|f| *f == first[0]), "{first:?}");
+    assert_eq!(pebble.posts_to("/order-plz"), 1, "{}", pebble.log());
+    let load = load(lb.port, name);
+    load.wait_runs(1);
+
+    etcd.stop_all();
+    let (status, _) = nodes.pop().unwrap().stop();
+    assert!(status.success());
+    let c = start_node(dir.path(), &pebble, 2, ports[2], &endpoints, prefix, name);
+    // At once: its listener is up, and it serves what it stored.
+    assert_eq!(served(ports[2], name, &root), first[0]);
+    c.wait_for_output("fleet: etcd unreachable at start (", 1);
+
+    let d = start_node(dir.path(), &pebble, 3, ports[3], &endpoints, prefix, name);
+    d.wait_for_output("fleet: etcd unreachable at start (", 1);
+    d.wait_for_output(
+        &format!("fleet: {name}: due, and not ordered: an order needs the fleet's lock"),
+        1,
+    );
+    let placeholder = try_served(ports[3], name, &root);
+    assert!(
+        placeholder
+            .as_ref()
+            .is_err_and(|e| e.contains("UnknownIssuer")),
+        "d serves a certificate pebble issued: {placeholder:?}"
+    );
+    assert_eq!(pebble.posts_to("/order-plz"), 1, "{}", pebble.log());
+    load.wait_runs(2);
+
+    etcd.start_all();
+    d.wait_for_output(&format!("fleet: certificate for {name} from node "), 1);
+    assert_eq!(served(ports[3], name, &root), first[0]);
+    c.wait_for_output("fleet: etcd reachable again after ", 1);
+    assert_eq!(
+        served_by_all(&ports, name, &root),
+        vec![first[0].clone(); 4]
+    );
+    assert_eq!(pebble.posts_to("/order-plz"), 1, "{}", pebble.log());
+    load.finish();
+    nodes.extend([c, d]);
+    stop_all(nodes);
+    eprintln!("start without etcd: took {:?}", t0.elapsed());
+}
+
+/// The current revision of the cluster.
+fn etcd_revision(etcd: &EtcdCluster) -> i64 {
+    let out = common::etcd::ok(&etcd.etcdctl(&["get", "/", "-w", "json"]), "get");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    v["header"]["revision"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no revision in {out}"))
+}
+
+/// Node c reaches etcd only through an HAProxy of its own, which is cut:
+/// c keeps serving its certificate while a and b renew (validation goes
+/// to a and b only: c, away, could not answer it), without a failed
+/// request; etcd compacted past c's revision, then healed: c finds its
+/// watch's revision compacted, reads the prefix again and serves the new
+/// certificate; one order for the renewal.
+#[test]
+fn fleet_node_partitioned_from_etcd_catches_up_after_compaction() {
+    let t0 = Instant::now();
+    let etcd = EtcdCluster::start(3, EtcdOptions::default());
+    let proxy = EtcdProxy::start(&etcd);
+    let dir = tempfile::tempdir().unwrap();
+    let ports = [free_tcp_port(), free_tcp_port(), free_tcp_port()];
+    let lb = balancer(&ports);
+    let validation = balancer(&ports[..2]);
+    let pebble = start_pebble_issuing_for(validation.port, Some(SHORTER_LIVED));
+    let name = "partition.fleet.test";
+    let prefix = "/t-part/";
+    let (members, via_proxy) = (etcd.endpoints(), vec![proxy.endpoint()]);
+    let nodes = start_nodes(
+        dir.path(),
+        &pebble,
+        &ports,
+        |i| {
+            if i == 2 {
+                via_proxy.clone()
+            } else {
+                members.clone()
+            }
+        },
+        prefix,
+        name,
+    );
+    let all: Vec<&Server> = nodes.iter().collect();
+    wait_all_got(&all, name);
+    let c = &nodes[2];
+    let root = pebble_root(&pebble, dir.path());
+    let first = served_by_all(&ports, name, &root);
+    assert!(first.iter().all(|f| *f == first[0]), "{first:?}");
+    assert_eq!(pebble.posts_to("/order-plz"), 1, "{}", pebble.log());
+    wait_etcd_up(&all, true);
+    let load: Load = load(lb.port, name);
+    load.wait_runs(1);
+
+    proxy.cut();
+    c.wait_for_output("fleet: lost etcd (", 1);
+    wait_etcd_up(&[c], false);
+    // What c has from before the cut (a renewal may have come first).
+    let held = served(ports[2], name, &root);
+    let cut = std::time::SystemTime::now();
+    wait_all_serve_new(&ports[..2], name, &root, std::slice::from_ref(&held));
+    // Still: a short-lived certificate may have expired meanwhile.
+    assert_eq!(served_as_of(ports[2], name, &root, cut), held);
+    load.wait_runs(2);
+
+    let away = metric(c, "tlsfront_fleet_revision");
+    let now = etcd_revision(&etcd);
+    assert!(now > away, "etcd at {now}, c at {away}");
+    common::etcd::ok(&etcd.etcdctl(&["compact", &now.to_string()]), "compact");
+    proxy.heal();
+    let out = c.wait_for_output(&format!("reading {prefix} again"), 1);
+    assert!(out.contains(&format!("was compacted (now {now})")), "{out}");
+    // The renewed certificate, or (c's backoff being long) the next
+    // renewal's: what a and b serve.
+    wait_all_serve_new(&ports, name, &root, std::slice::from_ref(&held));
+    wait_etcd_up(&all, true);
+    // One order per renewal, none by c: as many orders as certificates
+    // issued, all on a and b.
+    let issued = |n: &Server| {
+        n.output()
+            .matches(&format!("for {name}, valid until"))
+            .count()
+    };
+    let orders = pebble.posts_to("/order-plz");
+    assert_eq!(issued(c), 0, "{}", c.output());
+    assert_eq!(
+        orders,
+        issued(&nodes[0]) + issued(&nodes[1]),
+        "{}",
+        pebble.log()
+    );
+    assert!(orders >= 2, "{}", pebble.log());
+    load.wait_runs(1);
+    load.finish();
+    drop(lb);
+    stop_all(nodes);
+    eprintln!("partition: took {:?}", t0.elapsed());
 }

@@ -325,8 +325,11 @@ fn options(s: &FleetSettings, secrets: &Secrets) -> ConnectOptions {
     o
 }
 
-/// Connect to the cluster (authenticating, with a user): one client over
-/// every endpoint, which moves to another member when one fails.
+/// Connect to the members `s.endpoints` lists (authenticating, with a
+/// user). A client over several members spreads its calls over them and
+/// keeps sending some to one that is down, so a node's session uses one
+/// member at a time (see `node::Node::run`); `config check` uses one per
+/// member and one over all.
 pub async fn connect(s: &FleetSettings, secrets: &Secrets) -> Result<Client, FleetError> {
     Client::connect(&s.endpoints, Some(options(s, secrets)))
         .await

@@ -286,6 +286,18 @@ impl Node {
         let mut failures: u32 = 0;
         let mut down_since: Option<(SystemTime, String)> = None;
         let mut first = true;
+        // Where the next session's watch starts: after a break, at the
+        // revision after the last one applied (what happened meanwhile
+        // comes as events); at start and after a compaction, at a read of
+        // the whole prefix.
+        let mut from: Option<i64> = None;
+        // One member at a time, the next one after a failure: a client
+        // balanced over every endpoint fails the calls it sends to a
+        // member that is down (etcd-client's balanced channel does not
+        // leave it out), so one dead member of three would break most
+        // sessions. Members tried in a row without a working session.
+        let mut member = 0usize;
+        let mut tried = 0usize;
         loop {
             let mut caught_up = |node: &Node, revision| {
                 // Caught up: say so once per transition.
@@ -305,8 +317,13 @@ impl Node {
                 }
                 first = false;
                 failures = 0;
+                tried = 0;
             };
-            let e = match self.session_once(&*host, &mut caught_up).await {
+            let endpoint = &self.settings.endpoints[member % self.settings.endpoints.len()];
+            let e = match self
+                .session_once(&*host, endpoint, from, &mut caught_up)
+                .await
+            {
                 Ok(()) => continue,
                 Err(e) => e,
             };
@@ -317,8 +334,19 @@ impl Node {
             }
             if e.kind() == Some(EtcdErrorKind::Compacted) {
                 println!("fleet: {e}; reading {} again", self.settings.prefix);
+                from = None;
                 continue;
             }
+            let applied = self.status.revision.load(Ordering::Relaxed);
+            from = (applied > 0).then_some(applied);
+            // Another member at once, and nothing said, until each has
+            // failed in turn.
+            member = member.wrapping_add(1);
+            tried += 1;
+            if tried < self.settings.endpoints.len() {
+                continue;
+            }
+            tried = 0;
             failures = failures.saturating_add(1);
             let reason = e.to_string();
             match &down_since {
@@ -346,20 +374,26 @@ impl Node {
         }
     }
 
-    /// One session: connect, take a lease, register, read the prefix,
-    /// then follow it until something fails (the error says what).
+    /// One session: connect to `endpoint`, take a lease, register, read
+    /// the prefix (unless `from` names the revision applied last: the
+    /// watch then resumes after it), then follow it until something fails
+    /// (the error says what).
     async fn session_once(
         &self,
         host: &dyn Host,
+        endpoint: &str,
+        from: Option<i64>,
         caught_up: &mut (dyn FnMut(&Node, i64) + Send),
     ) -> Result<(), FleetError> {
-        let mut client = connect(&self.settings, &self.secrets)
-            .await
-            .inspect_err(|e| {
-                if let Some(k) = e.kind() {
-                    self.status.error(k);
-                }
-            })?;
+        let one = FleetSettings {
+            endpoints: vec![endpoint.to_string()],
+            ..self.settings.clone()
+        };
+        let mut client = connect(&one, &self.secrets).await.inspect_err(|e| {
+            if let Some(k) = e.kind() {
+                self.status.error(k);
+            }
+        })?;
         let ttl = i64::try_from(self.settings.lock_ttl.as_secs()).unwrap_or(30);
         let lease = client
             .lease_grant(ttl, None)
@@ -379,13 +413,19 @@ impl Node {
             t.new_session();
         }
         let acme = host.acme();
-        let revision = self.read_all(&mut client, &acme, host).await?;
+        let revision = match from {
+            Some(applied) => applied,
+            None => {
+                let revision = self.read_all(&mut client, &acme, host).await?;
+                self.synced(revision);
+                revision
+            }
+        };
         if let Some(t) = &self.tickets {
             t.tick(self, &mut client, lease).await?;
         }
         self.adopt_local(&mut client, &acme, host).await;
         self.status.etcd_up.store(true, Ordering::Relaxed);
-        self.synced(revision);
         caught_up(self, revision);
 
         let mut watch = client
@@ -449,7 +489,10 @@ impl Node {
                     if stored > 0 {
                         host.certificates_stored();
                     }
-                    if let Some(h) = response.header() {
+                    // Not the creation's header: it names the store's
+                    // revision, which a resumed watch's events reach only
+                    // in the responses after it.
+                    if let Some(h) = response.header().filter(|_| !response.created()) {
                         self.synced(h.revision());
                     }
                 }
