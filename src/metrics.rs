@@ -563,6 +563,13 @@ impl Collector for Fleet {
             None,
             ConstCounter::new(s.applied.load(Relaxed)),
         )?;
+        const_metric(
+            &mut e,
+            "tlsfront_fleet_lock_takeovers",
+            "Orders of a node that died mid-order, finished by this node",
+            None,
+            ConstCounter::new(s.takeovers.load(Relaxed)),
+        )?;
         let m = e.encode_descriptor(
             "tlsfront_fleet_etcd_errors",
             "Errors talking to etcd, by kind",

@@ -175,6 +175,8 @@ fn a_node_finishes_the_order_of_a_node_that_died_mid_order() {
             .find(|&i| nodes[i].as_ref().unwrap().output().contains(&resuming))
             .ok_or_else(|| "not yet".to_string())
     });
+    let m = nodes[successor].as_ref().unwrap().metrics();
+    assert!(m.contains("tlsfront_fleet_lock_takeovers_total 1"), "{m}");
     wait_until(WAIT, "both survivors to have the certificate", || {
         let missing: Vec<&str> = survivors
             .iter()

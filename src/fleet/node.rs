@@ -64,6 +64,8 @@ pub struct Status {
     pub locks_held: AtomicI64,
     /// Certificates from the fleet stored here.
     pub applied: AtomicU64,
+    /// Orders of another (dead) node this node finished.
+    pub takeovers: AtomicU64,
     /// Errors talking to etcd, by [`EtcdErrorKind`] (in `ALL`'s order).
     pub errors: [AtomicU64; EtcdErrorKind::ALL.len()],
 }

@@ -508,6 +508,7 @@ impl crate::acme::Track for Tracker<'_> {
         Box::pin(async move {
             let status_said = status.unwrap_or("unknown to the CA");
             if resumed {
+                self.node.status.takeovers.fetch_add(1, Ordering::Relaxed);
                 println!(
                     "fleet: resuming the order of {by} for {} (state {status_said})",
                     self.names
