@@ -6,7 +6,7 @@
 mod common;
 
 use common::etcd::{EtcdCluster, EtcdOptions};
-use common::fleet::{got_certificate, node_config, pebble_root, served_by_all};
+use common::fleet::{balancer, got_certificate, load, node_config, pebble_root, served_by_all};
 use common::pebble::{free_tcp_port, start_pebble_issuing_for};
 use common::peers::haproxy_tcp_balancer;
 use common::{wait_until, Server, WAIT};
@@ -157,13 +157,20 @@ fn a_node_finishes_the_order_of_a_node_that_died_mid_order() {
         shared.iter().any(|k| k.ends_with("/account")),
         "the account is not in etcd: {shared:?}"
     );
+    // Clients of the survivors, through a balancer of their own, across
+    // the kill and the takeover: none of their requests may fail. (The
+    // killed node's own connections die with it: the balancer's problem,
+    // not the fleet's.)
+    let survivors: Vec<usize> = (0..3).filter(|&i| i != h).collect();
+    let survivor_ports: Vec<u16> = survivors.iter().map(|&i| ports[i]).collect();
+    let front = balancer(&survivor_ports);
+    let clients = load(front.port, name);
+    clients.wait_runs(1);
     drop(nodes[h].take());
     eprintln!("holder {holder} killed after {:?}", t0.elapsed());
 
     // The CA's validation goes through to the survivors, which answer from
     // what the holder put in etcd.
-    let survivors: Vec<usize> = (0..3).filter(|&i| i != h).collect();
-    let survivor_ports: Vec<u16> = survivors.iter().map(|&i| ports[i]).collect();
     let lb = haproxy_tcp_balancer(&survivor_ports);
     gate.open(lb.port);
 
@@ -215,7 +222,10 @@ fn a_node_finishes_the_order_of_a_node_that_died_mid_order() {
     let root = pebble_root(&pebble, dir.path());
     let served = served_by_all(&survivor_ports, name, &root);
     assert_eq!(served[0], served[1]);
-    drop(lb);
+    // Some of the clients' runs saw the new certificate.
+    clients.wait_runs(1);
+    clients.finish();
+    drop((lb, front));
     for n in nodes.into_iter().flatten() {
         let (status, _) = n.stop();
         assert!(status.success());

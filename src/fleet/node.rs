@@ -243,20 +243,29 @@ impl Node {
         self.tickets.as_ref().and_then(|t| t.encrypting())
     }
 
-    /// Seal `plain` for the etcd key `key` (its associated data).
-    pub(super) fn seal(&self, key: &str, plain: &[u8]) -> Result<Vec<u8>, FleetError> {
-        self.keys
-            .seal(key.as_bytes(), plain)
-            .map_err(|e| self.failed("seal a value", EtcdErrorKind::Other, e.to_string()))
+    fn ticket_place(&self) -> super::tickets::Place<'_> {
+        super::tickets::Place {
+            prefix: &self.settings.prefix,
+            keys: &self.keys,
+        }
     }
 
-    /// Open what was sealed for the etcd key `key`.
-    pub(super) fn open(
+    /// The fleet's ticket keys' turn at a keep-alive.
+    async fn ticket_tick(
         &self,
-        key: &str,
-        sealed: &[u8],
-    ) -> Result<zeroize::Zeroizing<Vec<u8>>, super::seal::OpenError> {
-        self.keys.open(key.as_bytes(), sealed)
+        t: &super::tickets::FleetTickets,
+        client: &mut Client,
+        lease: i64,
+    ) -> Result<(), FleetError> {
+        use super::tickets::TickError;
+        t.tick(&self.ticket_place(), self.holder(), client, lease)
+            .await
+            .map_err(|e| match e {
+                TickError::Etcd(op, e) => self.etcd_error(op, &e),
+                TickError::Seal(e) => {
+                    self.failed("seal a ticket key", EtcdErrorKind::Other, e.to_string())
+                }
+            })
     }
 
     /// A failure of `op` that is not an error of the client's.
@@ -424,7 +433,7 @@ impl Node {
             }
         };
         if let Some(t) = &self.tickets {
-            t.tick(self, &mut client, lease).await?;
+            self.ticket_tick(t, &mut client, lease).await?;
         }
         self.adopt_local(&mut client, &acme, host).await;
         self.status.etcd_up.store(true, Ordering::Relaxed);
@@ -455,7 +464,7 @@ impl Node {
                         Err(e) => return Err(self.etcd_error("keep the lease alive", &e)),
                     }
                     if let Some(t) = &self.tickets {
-                        t.tick(self, &mut client, lease).await?;
+                        self.ticket_tick(t, &mut client, lease).await?;
                     }
                 }
                 message = watch.message() => {
@@ -644,7 +653,7 @@ impl Node {
         } else if key.starts_with(&challenge) {
             self.answer(key, value);
         } else if let Some(t) = &self.tickets {
-            t.apply(self, key, value);
+            t.apply(&self.ticket_place(), key, value);
         }
         0
     }
@@ -717,7 +726,7 @@ impl Node {
 
     fn removed(&self, key: &str) {
         if let Some(t) = &self.tickets {
-            t.removed(self, key);
+            t.removed(&self.ticket_place(), key);
         }
         self.applied
             .lock()

@@ -14,8 +14,7 @@
 //! they lead (one of them about to learn it lost its lease) still write one
 //! key per period.
 
-use super::etcd::FleetError;
-use super::node::Node;
+use super::seal::{FleetKeys, SealError};
 use crate::tls::tickets::{period_number, FleetKey, TicketKeys};
 use base64::Engine as _;
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
@@ -23,6 +22,22 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
+
+/// What went wrong in [`FleetTickets::tick`]: the etcd operation, or the
+/// sealing of a new key.
+#[derive(Debug)]
+pub enum TickError {
+    Etcd(&'static str, etcd_client::Error),
+    Seal(SealError),
+}
+
+/// Where in etcd the fleet's ticket keys are, and what seals them: what
+/// the node hands [`FleetTickets`] (which knows nothing else of it).
+pub struct Place<'a> {
+    /// The fleet's prefix (`P/`).
+    pub prefix: &'a str,
+    pub keys: &'a FleetKeys,
+}
 
 /// The fleet's ticket keys as this node has them.
 pub struct FleetTickets {
@@ -54,19 +69,19 @@ impl FleetTickets {
         self.keys.fleet_encrypting()
     }
 
-    fn prefix(&self, node: &Node) -> String {
-        format!("{}tickets/{}/", node.settings.prefix, self.period.as_secs())
+    fn prefix(&self, at: &Place<'_>) -> String {
+        format!("{}tickets/{}/", at.prefix, self.period.as_secs())
     }
 
-    fn leader_key(&self, node: &Node) -> String {
-        format!("{}tickets/leader", node.settings.prefix)
+    fn leader_key(&self, at: &Place<'_>) -> String {
+        format!("{}tickets/leader", at.prefix)
     }
 
     /// A key of this period length from etcd: opened and installed.
     /// Whether `key` was one of ours (else not a ticket key).
-    pub(super) fn apply(&self, node: &Node, key: &str, value: &[u8]) -> bool {
+    pub(super) fn apply(&self, at: &Place<'_>, key: &str, value: &[u8]) -> bool {
         let Some(n) = key
-            .strip_prefix(&self.prefix(node))
+            .strip_prefix(&self.prefix(at))
             .and_then(|n| n.parse::<u64>().ok())
         else {
             return false;
@@ -74,7 +89,11 @@ impl FleetTickets {
         let opened = base64::engine::general_purpose::STANDARD
             .decode(value)
             .map_err(|e| e.to_string())
-            .and_then(|sealed| node.open(key, &sealed).map_err(|e| e.to_string()));
+            .and_then(|sealed| {
+                at.keys
+                    .open(key.as_bytes(), &sealed)
+                    .map_err(|e| e.to_string())
+            });
         let key_material = match opened {
             Ok(k) => k,
             Err(why) => {
@@ -93,9 +112,9 @@ impl FleetTickets {
     }
 
     /// A key deleted from etcd (its window is over).
-    pub(super) fn removed(&self, node: &Node, key: &str) {
+    pub(super) fn removed(&self, at: &Place<'_>, key: &str) {
         let Some(n) = key
-            .strip_prefix(&self.prefix(node))
+            .strip_prefix(&self.prefix(at))
             .and_then(|n| n.parse::<u64>().ok())
         else {
             return;
@@ -111,17 +130,19 @@ impl FleetTickets {
         self.leader.store(false, Ordering::Relaxed);
     }
 
-    /// Called at each keep-alive: take the lead if no node has it; as the
+    /// Called at each keep-alive: take the lead if no node has it
+    /// (`holder`: this node's record, the leader key's value); as the
     /// leader, make sure the keys of this period and the next exist and
     /// delete those before the last.
     pub(super) async fn tick(
         &self,
-        node: &Node,
+        at: &Place<'_>,
+        holder: String,
         client: &mut Client,
         lease: i64,
-    ) -> Result<(), FleetError> {
+    ) -> Result<(), TickError> {
         if !self.leading() {
-            let leader = self.leader_key(node);
+            let leader = self.leader_key(at);
             let r = client
                 .txn(
                     Txn::new()
@@ -132,12 +153,12 @@ impl FleetTickets {
                         )])
                         .and_then([TxnOp::put(
                             leader.as_str(),
-                            node.holder(),
+                            holder,
                             Some(PutOptions::new().with_lease(lease)),
                         )]),
                 )
                 .await
-                .map_err(|e| node.etcd_error("take the ticket keys' lead", &e))?;
+                .map_err(|e| TickError::Etcd("take the ticket keys' lead", e))?;
             if !r.succeeded() {
                 return Ok(());
             }
@@ -162,8 +183,11 @@ impl FleetTickets {
             let Some(k) = FleetKey::random(m) else {
                 continue;
             };
-            let key = format!("{}{m:020}", self.prefix(node));
-            let sealed = node.seal(&key, k.bytes())?;
+            let key = format!("{}{m:020}", self.prefix(at));
+            let sealed = at
+                .keys
+                .seal(key.as_bytes(), k.bytes())
+                .map_err(TickError::Seal)?;
             let value = base64::engine::general_purpose::STANDARD.encode(sealed);
             client
                 .txn(
@@ -172,14 +196,14 @@ impl FleetTickets {
                         .and_then([TxnOp::put(key.as_str(), value, None)]),
                 )
                 .await
-                .map_err(|e| node.etcd_error("write a ticket key", &e))?;
+                .map_err(|e| TickError::Etcd("write a ticket key", e))?;
         }
         for m in have.into_iter().filter(|m| m + 1 < n) {
-            let key = format!("{}{m:020}", self.prefix(node));
+            let key = format!("{}{m:020}", self.prefix(at));
             client
                 .delete(key.as_str(), None)
                 .await
-                .map_err(|e| node.etcd_error("delete an old ticket key", &e))?;
+                .map_err(|e| TickError::Etcd("delete an old ticket key", e))?;
         }
         Ok(())
     }
