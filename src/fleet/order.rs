@@ -140,21 +140,51 @@ impl Node {
         Ok(Locked::Held(lock))
     }
 
-    /// Let go of `lock` (only if it is still ours).
-    pub async fn unlock(&self, lock: Lock) {
-        self.status.locks_held.fetch_sub(1, Ordering::Relaxed);
+    /// `ops` in one transaction that holds only while the lock created at
+    /// `revision` under `lock_key` is still ours: a node whose lease ran
+    /// out (and whose lock another node may hold now) writes nothing.
+    async fn under_lock(
+        &self,
+        what: &'static str,
+        lock_key: &str,
+        revision: i64,
+        ops: Vec<TxnOp>,
+    ) -> Result<(), FleetError> {
         let Some(Session { mut client, .. }) = self.session() else {
-            return;
+            return Err(self.failed(what, EtcdErrorKind::Unreachable, "no session with etcd now"));
         };
-        let _ = client
+        let r = client
             .txn(
                 Txn::new()
                     .when([Compare::create_revision(
-                        lock.key.as_str(),
+                        lock_key,
                         CompareOp::Equal,
-                        lock.revision,
+                        revision,
                     )])
-                    .and_then([TxnOp::delete(lock.key.as_str(), None)]),
+                    .and_then(ops),
+            )
+            .await
+            .map_err(|e| self.etcd_error(what, &e))?;
+        if !r.succeeded() {
+            return Err(self.failed(
+                what,
+                EtcdErrorKind::Other,
+                "the order lock was lost (this node's lease expired)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Let go of `lock` (only if it is still ours).
+    pub async fn unlock(&self, lock: Lock) {
+        self.status.locks_held.fetch_sub(1, Ordering::Relaxed);
+        // A lock lost meanwhile is nothing to let go of.
+        let _ = self
+            .under_lock(
+                "let go of the order lock",
+                &lock.key,
+                lock.revision,
+                vec![TxnOp::delete(lock.key.as_str(), None)],
             )
             .await;
     }
@@ -300,40 +330,19 @@ impl Node {
         issued: &Issued,
     ) -> Result<(), FleetError> {
         let key = self.cert_key(acme, &lock.names);
-        let value = self.sealed_cert(&key, &lock.names, issued)?;
-        let Some(Session { mut client, .. }) = self.session() else {
-            self.status.locks_held.fetch_sub(1, Ordering::Relaxed);
-            return Err(self.failed(
-                "share the certificate",
-                EtcdErrorKind::Unreachable,
-                "etcd was lost during the order",
-            ));
-        };
-        let r = client
-            .txn(
-                Txn::new()
-                    .when([Compare::create_revision(
-                        lock.key.as_str(),
-                        CompareOp::Equal,
-                        lock.revision,
-                    )])
-                    .and_then([
-                        TxnOp::put(key.as_str(), value, None),
-                        TxnOp::delete(self.order_key(acme, &lock.names).as_str(), None),
-                        TxnOp::delete(lock.key.as_str(), None),
-                    ]),
-            )
-            .await;
+        let value = self.sealed_cert(&key, &lock.names, issued);
         self.status.locks_held.fetch_sub(1, Ordering::Relaxed);
-        let r = r.map_err(|e| self.etcd_error("share the certificate", &e))?;
-        if !r.succeeded() {
-            return Err(self.failed(
-                "share the certificate",
-                EtcdErrorKind::Other,
-                "the order lock was lost (this node's lease expired)",
-            ));
-        }
-        Ok(())
+        self.under_lock(
+            "share the certificate",
+            &lock.key,
+            lock.revision,
+            vec![
+                TxnOp::put(key.as_str(), value?, None),
+                TxnOp::delete(self.order_key(acme, &lock.names).as_str(), None),
+                TxnOp::delete(lock.key.as_str(), None),
+            ],
+        )
+        .await
     }
 }
 
@@ -441,33 +450,9 @@ impl Tracker<'_> {
     /// `op` (a put or a delete of the record) in a transaction that holds
     /// only while the lock is ours.
     async fn write(&self, what: &'static str, op: TxnOp) -> Result<(), FleetError> {
-        let Some(Session { mut client, .. }) = self.node.session() else {
-            return Err(self.node.failed(
-                what,
-                EtcdErrorKind::Unreachable,
-                "no session with etcd now",
-            ));
-        };
-        let r = client
-            .txn(
-                Txn::new()
-                    .when([Compare::create_revision(
-                        self.lock_key.as_str(),
-                        CompareOp::Equal,
-                        self.lock_revision,
-                    )])
-                    .and_then([op]),
-            )
+        self.node
+            .under_lock(what, &self.lock_key, self.lock_revision, vec![op])
             .await
-            .map_err(|e| self.node.etcd_error(what, &e))?;
-        if !r.succeeded() {
-            return Err(self.node.failed(
-                what,
-                EtcdErrorKind::Other,
-                "the order lock was lost (this node's lease expired)",
-            ));
-        }
-        Ok(())
     }
 
     fn record(&self, url: &str, key: Option<String>) -> String {
