@@ -194,8 +194,9 @@ fn harness_etcd_tls_and_auth_variants() {
 
 // ---- tlsfront nodes on the cluster ----
 
-use common::fleet::{balancer, got_certificate, node_config, pebble_root, served_by_all};
+use common::fleet::{got_certificate, node_config, pebble_root, served_by_all};
 use common::pebble::{free_tcp_port, start_pebble_issuing_for};
+use common::peers::haproxy_tcp_balancer;
 use common::Server;
 use std::path::Path;
 
@@ -228,7 +229,7 @@ fn fleet_orders_each_certificate_once_and_every_node_serves_it() {
     let etcd = EtcdCluster::start(3, EtcdOptions::default());
     let dir = tempfile::tempdir().unwrap();
     let ports = [free_tcp_port(), free_tcp_port(), free_tcp_port()];
-    let lb = balancer(&ports);
+    let lb = haproxy_tcp_balancer(&ports);
     // Short-lived: renewed two thirds in, within the test.
     let pebble = start_pebble_issuing_for(lb.port, Some(Duration::from_secs(40)));
     let name = "once.fleet.test";
@@ -328,7 +329,7 @@ fn fleet_nodes_answer_the_validation_of_another_nodes_order() {
     let etcd = EtcdCluster::start(3, EtcdOptions::default());
     let dir = tempfile::tempdir().unwrap();
     let ports = [free_tcp_port(), free_tcp_port(), free_tcp_port()];
-    let lb = balancer(&ports[1..]);
+    let lb = haproxy_tcp_balancer(&ports[1..]);
     let pebble = start_pebble_issuing_for(lb.port, None);
     let name = "answers.fleet.test";
     let nodes: Vec<Server> = ["a", "b", "c"]
@@ -591,7 +592,7 @@ fn fleet_keeps_serving_and_renewing_when_the_etcd_leader_is_killed() {
     let mut etcd = EtcdCluster::start(3, EtcdOptions::default());
     let dir = tempfile::tempdir().unwrap();
     let ports = [free_tcp_port(), free_tcp_port(), free_tcp_port()];
-    let lb = balancer(&ports);
+    let lb = haproxy_tcp_balancer(&ports);
     let pebble = start_pebble_issuing_for(lb.port, Some(SHORTER_LIVED));
     let name = "leader.fleet.test";
     let endpoints = etcd.endpoints();
@@ -640,7 +641,7 @@ fn fleet_orders_nothing_while_etcd_is_down_and_renews_once_it_is_back() {
     let mut etcd = EtcdCluster::start(3, EtcdOptions::default());
     let dir = tempfile::tempdir().unwrap();
     let ports = [free_tcp_port(), free_tcp_port(), free_tcp_port()];
-    let lb = balancer(&ports);
+    let lb = haproxy_tcp_balancer(&ports);
     let pebble = start_pebble_issuing_for(lb.port, Some(SHORT_LIVED));
     let name = "down.fleet.test";
     let endpoints = etcd.endpoints();
@@ -716,7 +717,7 @@ fn fleet_node_starts_without_etcd_from_its_local_copy() {
         free_tcp_port(),
         free_tcp_port(),
     ];
-    let lb = balancer(&ports[..2]);
+    let lb = haproxy_tcp_balancer(&ports[..2]);
     let pebble = start_pebble_issuing_for(lb.port, None);
     let name = "start.fleet.test";
     let prefix = "/t-start/";
@@ -798,8 +799,8 @@ fn fleet_node_partitioned_from_etcd_catches_up_after_compaction() {
     let proxy = EtcdProxy::start(&etcd);
     let dir = tempfile::tempdir().unwrap();
     let ports = [free_tcp_port(), free_tcp_port(), free_tcp_port()];
-    let lb = balancer(&ports);
-    let validation = balancer(&ports[..2]);
+    let lb = haproxy_tcp_balancer(&ports);
+    let validation = haproxy_tcp_balancer(&ports[..2]);
     let pebble = start_pebble_issuing_for(validation.port, Some(SHORTER_LIVED));
     let name = "partition.fleet.test";
     let prefix = "/t-part/";

@@ -6,7 +6,7 @@
 mod common;
 
 use common::etcd::{EtcdCluster, EtcdOptions};
-use common::fleet::{balancer, got_certificate, load, node_config, pebble_root, served_by_all};
+use common::fleet::{got_certificate, load, node_config, pebble_root, served_by_all};
 use common::pebble::{free_tcp_port, start_pebble_issuing_for};
 use common::peers::haproxy_tcp_balancer;
 use common::{wait_until, Server, WAIT};
@@ -163,7 +163,7 @@ fn a_node_finishes_the_order_of_a_node_that_died_mid_order() {
     // not the fleet's.)
     let survivors: Vec<usize> = (0..3).filter(|&i| i != h).collect();
     let survivor_ports: Vec<u16> = survivors.iter().map(|&i| ports[i]).collect();
-    let front = balancer(&survivor_ports);
+    let front = haproxy_tcp_balancer(&survivor_ports);
     let clients = load(front.port, name);
     clients.wait_runs(1);
     drop(nodes[h].take());

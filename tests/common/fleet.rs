@@ -8,7 +8,7 @@ use super::etcd::EtcdCluster;
 use super::pebble::Pebble;
 use super::{s_client, tool, wait_until, Server, Step, WAIT};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -383,16 +383,15 @@ impl Drop for Load {
 /// (`disable server` and `shutdown sessions server` for every member: new
 /// connections are closed at once, open ones cut).
 pub struct EtcdProxy {
-    child: Child,
+    peer: super::peers::Peer,
     pub port: u16,
     socket: PathBuf,
     members: usize,
-    _dir: tempfile::TempDir,
 }
 
 impl EtcdProxy {
     pub fn start(etcd: &EtcdCluster) -> EtcdProxy {
-        let (child, port, dir) = haproxy(|port, dir| {
+        let peer = super::peers::haproxy_in(|port, dir| {
             // Long timeouts: a watch is quiet for minutes, and HAProxy's
             // client and server timeouts would cut it.
             let mut conf = format!(
@@ -409,11 +408,10 @@ impl EtcdProxy {
             conf
         });
         EtcdProxy {
-            child,
-            port,
-            socket: dir.path().join("admin.sock"),
+            port: peer.port,
+            socket: peer.dir().join("admin.sock"),
             members: etcd.len(),
-            _dir: dir,
+            peer,
         }
     }
 
@@ -453,76 +451,5 @@ impl EtcdProxy {
             .collect();
         let answer = self.api(&commands.join("; "));
         assert!(answer.trim().is_empty(), "HAProxy: {answer}");
-    }
-}
-
-impl Drop for EtcdProxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// HAProxy with the config `conf(port, its directory)` makes, on a free
-/// port, once it listens: the process, the port, its directory.
-fn haproxy(conf: impl FnOnce(u16, &Path) -> String) -> (Child, u16, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let port = super::pebble::free_tcp_port();
-    let cfg = dir.path().join("haproxy.cfg");
-    std::fs::write(&cfg, conf(port, dir.path())).unwrap();
-    let mut child = tool("haproxy")
-        .arg("-db")
-        .arg("-f")
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("run haproxy (tests/install-packages.sh installs it)");
-    wait_until(WAIT, format!("HAProxy on port {port}"), || {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("HAProxy exited ({status})");
-        }
-        std::net::TcpStream::connect(("127.0.0.1", port))
-            .map(drop)
-            .map_err(|e| e.to_string())
-    });
-    (child, port, dir)
-}
-
-/// The fleet's L4 balancer: HAProxy in TCP mode before `servers` (ports),
-/// round-robin, each sent a PROXY v2 header; a connection a node refuses
-/// (not started yet, or restarting) is sent to another, as a balancer
-/// with health checks would, so that the CA's validation of the first
-/// order does not land on a node still starting.
-pub struct Balancer {
-    child: Child,
-    pub port: u16,
-    _dir: tempfile::TempDir,
-}
-
-pub fn balancer(servers: &[u16]) -> Balancer {
-    let (child, port, dir) = haproxy(|port, _| {
-        let mut conf = format!(
-            "global\n  maxconn 100\ndefaults\n  mode tcp\n  retries 3\n  option redispatch 1\n  \
-             timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\
-             frontend fe\n  bind 127.0.0.1:{port}\n  default_backend fleet\nbackend fleet\n  \
-             balance roundrobin\n"
-        );
-        for (i, p) in servers.iter().enumerate() {
-            conf.push_str(&format!("  server s{i} 127.0.0.1:{p} send-proxy-v2\n"));
-        }
-        conf
-    });
-    Balancer {
-        child,
-        port,
-        _dir: dir,
-    }
-}
-
-impl Drop for Balancer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

@@ -116,6 +116,13 @@ pub struct Peer {
     _dir: tempfile::TempDir,
 }
 
+impl Peer {
+    /// The directory its config and files live in.
+    pub fn dir(&self) -> &Path {
+        self._dir.path()
+    }
+}
+
 impl Drop for Peer {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -166,6 +173,12 @@ pub fn nginx_proxy_protocol() -> Peer {
 /// HAProxy on a free port with the config `conf(port)` makes, in the
 /// foreground, once it listens.
 fn haproxy(conf: impl FnOnce(u16) -> String) -> Peer {
+    haproxy_from(super::tool("haproxy"), |port, _| conf(port))
+}
+
+/// HAProxy with the config `conf(port, its directory)` makes (a config
+/// that names files of its own there, such as a stats socket).
+pub fn haproxy_in(conf: impl FnOnce(u16, &Path) -> String) -> Peer {
     haproxy_from(super::tool("haproxy"), conf)
 }
 
@@ -190,7 +203,7 @@ fn trixie_haproxy() -> Command {
 /// SSL TLV (PP2_TYPE_SSL, 0x20) of the PROXY v2 header, in hex: what
 /// HAProxy itself reads of it (`fc_pp_tlv`, which bookworm's 2.6 lacks).
 pub fn haproxy3_ssl_tlv_reader() -> Peer {
-    haproxy_from(trixie_haproxy(), |port| {
+    haproxy_from(trixie_haproxy(), |port, _| {
         format!(
         "global\n  maxconn 100\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 10s\n  timeout server 10s\nfrontend fe\n  bind 127.0.0.1:{port} accept-proxy\n  http-request return status 200 content-type text/plain lf-string \"ssl=%[fc_pp_tlv(0x20),hex]\\n\"\n"
     )
@@ -198,11 +211,11 @@ pub fn haproxy3_ssl_tlv_reader() -> Peer {
 }
 
 /// `program` (an HAProxy) as [`haproxy`] runs it.
-fn haproxy_from(mut program: Command, conf: impl FnOnce(u16) -> String) -> Peer {
+fn haproxy_from(mut program: Command, conf: impl FnOnce(u16, &Path) -> String) -> Peer {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let cfg = dir.path().join("haproxy.cfg");
-    std::fs::write(&cfg, conf(port)).unwrap();
+    std::fs::write(&cfg, conf(port, dir.path())).unwrap();
     let child = program
         .arg("-db")
         .arg("-f")
@@ -230,11 +243,17 @@ pub fn haproxy_accept_proxy() -> Peer {
 }
 
 /// HAProxy in TCP mode before `servers` (ports), round-robin, each sent a
-/// PROXY v2 header: the L4 balancer of a fleet.
+/// PROXY v2 header: the L4 balancer of a fleet. A connection a server
+/// refuses (not started yet, or restarting) is sent to another, as a
+/// balancer with health checks would, so that, say, the CA's validation of
+/// a fleet's first order does not land on a node still starting.
 pub fn haproxy_tcp_balancer(servers: &[u16]) -> Peer {
     haproxy(|port| {
         let mut conf = format!(
-            "global\n  maxconn 100\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 10s\n  timeout server 10s\nfrontend fe\n  bind 127.0.0.1:{port}\n  default_backend fleet\nbackend fleet\n  balance roundrobin\n"
+            "global\n  maxconn 100\ndefaults\n  mode tcp\n  retries 3\n  option redispatch 1\n  \
+             timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\
+             frontend fe\n  bind 127.0.0.1:{port}\n  default_backend fleet\nbackend fleet\n  \
+             balance roundrobin\n"
         );
         for (i, p) in servers.iter().enumerate() {
             conf.push_str(&format!("  server s{i} 127.0.0.1:{p} send-proxy-v2\n"));
