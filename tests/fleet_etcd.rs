@@ -525,6 +525,50 @@ fn start_nodes(
         .collect()
 }
 
+/// Three nodes on a 3-member etcd behind one balancer, which pebble
+/// (issuing certificates valid for `life`) validates through, each with
+/// the certificate for `name`.
+struct Fleet3 {
+    etcd: EtcdCluster,
+    dir: tempfile::TempDir,
+    ports: [u16; 3],
+    lb: common::peers::Peer,
+    pebble: common::pebble::Pebble,
+    nodes: Vec<Server>,
+    /// Pebble's root, in a file.
+    root: std::path::PathBuf,
+}
+
+impl Fleet3 {
+    fn start(name: &str, prefix: &str, life: Duration) -> Fleet3 {
+        let etcd = EtcdCluster::start(3, EtcdOptions::default());
+        let dir = tempfile::tempdir().unwrap();
+        let ports = [free_tcp_port(), free_tcp_port(), free_tcp_port()];
+        let lb = haproxy_tcp_balancer(&ports);
+        let pebble = start_pebble_issuing_for(lb.port, Some(life));
+        let endpoints = etcd.endpoints();
+        let nodes = start_nodes(
+            dir.path(),
+            &pebble,
+            &ports,
+            |_| endpoints.clone(),
+            prefix,
+            name,
+        );
+        wait_all_got(&nodes.iter().collect::<Vec<_>>(), name);
+        let root = pebble_root(&pebble, dir.path());
+        Fleet3 {
+            etcd,
+            dir,
+            ports,
+            lb,
+            pebble,
+            nodes,
+            root,
+        }
+    }
+}
+
 /// Node `i` (named a, b, c, …) on `port`.
 fn start_node(
     dir: &Path,
@@ -589,24 +633,18 @@ fn stop_all(nodes: Vec<Server>) {
 #[test]
 fn fleet_keeps_serving_and_renewing_when_the_etcd_leader_is_killed() {
     let t0 = Instant::now();
-    let mut etcd = EtcdCluster::start(3, EtcdOptions::default());
-    let dir = tempfile::tempdir().unwrap();
-    let ports = [free_tcp_port(), free_tcp_port(), free_tcp_port()];
-    let lb = haproxy_tcp_balancer(&ports);
-    let pebble = start_pebble_issuing_for(lb.port, Some(SHORTER_LIVED));
+    let Fleet3 {
+        mut etcd,
+        // Kept to the end: the nodes' files are in it.
+        dir: _dir,
+        ports,
+        lb,
+        pebble,
+        nodes,
+        root,
+    } = Fleet3::start("leader.fleet.test", "/t-leader/", SHORTER_LIVED);
     let name = "leader.fleet.test";
-    let endpoints = etcd.endpoints();
-    let nodes = start_nodes(
-        dir.path(),
-        &pebble,
-        &ports,
-        |_| endpoints.clone(),
-        "/t-leader/",
-        name,
-    );
     let all: Vec<&Server> = nodes.iter().collect();
-    wait_all_got(&all, name);
-    let root = pebble_root(&pebble, dir.path());
     let load = load(lb.port, name);
     load.wait_runs(1);
 
@@ -638,24 +676,18 @@ fn fleet_keeps_serving_and_renewing_when_the_etcd_leader_is_killed() {
 #[test]
 fn fleet_orders_nothing_while_etcd_is_down_and_renews_once_it_is_back() {
     let t0 = Instant::now();
-    let mut etcd = EtcdCluster::start(3, EtcdOptions::default());
-    let dir = tempfile::tempdir().unwrap();
-    let ports = [free_tcp_port(), free_tcp_port(), free_tcp_port()];
-    let lb = haproxy_tcp_balancer(&ports);
-    let pebble = start_pebble_issuing_for(lb.port, Some(SHORT_LIVED));
+    let Fleet3 {
+        mut etcd,
+        // Kept to the end: the nodes' files are in it.
+        dir: _dir,
+        ports,
+        lb,
+        pebble,
+        nodes,
+        root,
+    } = Fleet3::start("down.fleet.test", "/t-down/", SHORT_LIVED);
     let name = "down.fleet.test";
-    let endpoints = etcd.endpoints();
-    let nodes = start_nodes(
-        dir.path(),
-        &pebble,
-        &ports,
-        |_| endpoints.clone(),
-        "/t-down/",
-        name,
-    );
     let all: Vec<&Server> = nodes.iter().collect();
-    wait_all_got(&all, name);
-    let root = pebble_root(&pebble, dir.path());
     let first = served_by_all(&ports, name, &root);
     let seen = std::time::SystemTime::now();
     assert!(first.iter().all(|f| *f == first[0]), "{first:?}");
